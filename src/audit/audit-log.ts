@@ -1,0 +1,51 @@
+/**
+ * The contract every audit log (embedded, redis) fulfils. Records are numbered by `seq` in
+ * commit order; `append` resolves only once the record is durable.
+ */
+
+export type AuditDecision = "accepted" | "rejected";
+
+export type AuditRecord = {
+  seq: number;
+  time: string; // ISO 8601
+  op: string; // S3 operation (PutObject, DeleteObject, ...) or lease event (LeaseAcquired, ...)
+  bucket: string | null;
+  key: string | null;
+  prefix: string | null;
+  token: number | null;
+  leaseId: string | null;
+  owner: string | null;
+  principal: string | null; // access key id
+  decision: AuditDecision;
+  reason: string | null; // error code when rejected
+  highestToken: number | null;
+  requestId: string | null;
+  gateway: string; // instance id
+};
+
+export type AuditDraft = Omit<AuditRecord, "seq" | "time" | "gateway"> & { time?: string };
+
+export type AuditQuery = {
+  bucket?: string;
+  key?: string;
+  /** Records whose key (or lease prefix) starts with this. */
+  prefix?: string;
+  leaseId?: string;
+  decision?: AuditDecision;
+  op?: string;
+  since?: string; // ISO 8601, inclusive
+  until?: string; // ISO 8601, exclusive
+  limit: number; // 1..1000
+  /** Opaque cursor returned by the previous page. */
+  cursor?: string;
+};
+
+export type AuditPage = { records: AuditRecord[]; nextCursor: string | null };
+
+export interface AuditLog {
+  readonly kind: string;
+  append(draft: AuditDraft): Promise<AuditRecord>;
+  query(query: AuditQuery): Promise<AuditPage>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
