@@ -1,0 +1,170 @@
+import type { IncomingMessage } from "node:http";
+import type { Context } from "hono";
+import { Hono } from "hono";
+import type { AuditDecision, AuditLog, AuditQuery } from "../audit/audit-log.js";
+import { DomainError } from "../core/errors.js";
+import type { Caller, LeaseService } from "../fence/lease-service.js";
+import type { LeaseResource } from "../leases/lease-store.js";
+import { apiError, toApiError } from "./errors.js";
+
+export const API_BASE = "/_fence/v1";
+
+export type ApiEnv = {
+  Bindings: { incoming: IncomingMessage; requestId: string };
+  Variables: { principal: string; body: Buffer };
+};
+
+export type HealthCheck = () => Promise<Record<string, unknown>>;
+
+export type LeaseApiOptions = {
+  leases: LeaseService;
+  audit: AuditLog;
+  /** Authenticates with SigV4; resolves the access key id or throws. */
+  authenticate: (c: Context<ApiEnv>) => Promise<{ principal: string; body: Buffer }>;
+  health: HealthCheck;
+};
+
+const MAX_AUDIT_LIMIT = 1000;
+
+/** The JSON lease API and health endpoint (contract: "Lease API"). */
+export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
+  const app = new Hono<ApiEnv>().basePath(API_BASE);
+
+  app.onError((err, c) => {
+    const e = toApiError(err);
+    return c.json(e.body, e.status as 400);
+  });
+  app.notFound((c) => {
+    const e = apiError(404, "NotFound", `no such endpoint: ${c.req.method} ${c.req.path}`);
+    return c.json(e.body, 404);
+  });
+
+  app.get("/health", async (c) => {
+    try {
+      return c.json({ status: "ok", ...(await opts.health()) });
+    } catch (e) {
+      return c.json({ status: "unavailable", error: (e as Error).message }, 503);
+    }
+  });
+
+  app.use("*", async (c, next) => {
+    const { principal, body } = await opts.authenticate(c);
+    c.set("principal", principal);
+    c.set("body", body);
+    await next();
+  });
+
+  app.post("/leases", async (c) => {
+    const body = jsonBody(c);
+    const resource = resourceOf(body);
+    const ttlMs = body.ttlMs;
+    if (typeof ttlMs !== "number") throw invalid("ttlMs is required (milliseconds)");
+    const waitMs = body.waitMs ?? 0;
+    if (typeof waitMs !== "number") throw invalid("waitMs must be a number of milliseconds");
+    const owner = body.owner ?? c.get("principal");
+    if (typeof owner !== "string" || owner.length === 0 || owner.length > 256) {
+      throw invalid("owner must be a string of 1 to 256 characters");
+    }
+    const lease = await opts.leases.acquire({ resource, ttlMs, waitMs, owner }, caller(c));
+    return c.json(lease, 201);
+  });
+
+  app.get("/leases", async (c) => {
+    const bucket = c.req.query("bucket") || undefined;
+    const prefix = c.req.query("prefix") || undefined;
+    return c.json({ leases: await opts.leases.list({ bucket, prefix }) });
+  });
+
+  app.get("/leases/:leaseId", async (c) => c.json(await opts.leases.get(c.req.param("leaseId"))));
+
+  app.post("/leases/:leaseId/renew", async (c) => {
+    const body = c.get("body").length > 0 ? jsonBody(c) : {};
+    const ttlMs = body.ttlMs;
+    if (ttlMs !== undefined && typeof ttlMs !== "number") throw invalid("ttlMs must be a number of milliseconds");
+    return c.json(await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c)));
+  });
+
+  app.delete("/leases/:leaseId", async (c) => {
+    await opts.leases.release(c.req.param("leaseId"), caller(c));
+    return c.body(null, 204);
+  });
+
+  app.get("/audit", async (c) => c.json(await opts.audit.query(auditQuery(c))));
+
+  return app;
+}
+
+function caller(c: Context<ApiEnv>): Caller {
+  return { principal: c.get("principal"), requestId: c.env.requestId };
+}
+
+function jsonBody(c: Context<ApiEnv>): Record<string, unknown> {
+  const raw = c.get("body");
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw.toString("utf8"));
+  } catch {
+    throw invalid("the request body must be a JSON object");
+  }
+  if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) {
+    throw invalid("the request body must be a JSON object");
+  }
+  return parsed as Record<string, unknown>;
+}
+
+function resourceOf(body: Record<string, unknown>): LeaseResource {
+  const { bucket, key, prefix } = body;
+  if (typeof bucket !== "string" || bucket.length === 0) throw invalid("bucket is required");
+  if ((key === undefined) === (prefix === undefined)) throw invalid('give exactly one of "key" or "prefix"');
+  if (key !== undefined) {
+    if (typeof key !== "string" || key.length === 0 || Buffer.byteLength(key) > 1024) {
+      throw invalid("key must be a string of 1 to 1024 bytes");
+    }
+    return { bucket, key };
+  }
+  if (typeof prefix !== "string" || Buffer.byteLength(prefix) > 1024) {
+    throw invalid("prefix must be a string of at most 1024 bytes");
+  }
+  return { bucket, prefix };
+}
+
+function auditQuery(c: Context<ApiEnv>): AuditQuery {
+  const q = (name: string) => c.req.query(name) || undefined;
+  const limitRaw = q("limit");
+  let limit = 100;
+  if (limitRaw !== undefined) {
+    if (!/^\d+$/.test(limitRaw) || Number(limitRaw) < 1 || Number(limitRaw) > MAX_AUDIT_LIMIT) {
+      throw invalid(`limit must be a whole number from 1 to ${MAX_AUDIT_LIMIT}`);
+    }
+    limit = Number(limitRaw);
+  }
+  const decision = q("decision");
+  if (decision !== undefined && decision !== "accepted" && decision !== "rejected") {
+    throw invalid('decision must be "accepted" or "rejected"');
+  }
+  return {
+    bucket: q("bucket"),
+    key: q("key"),
+    prefix: q("prefix"),
+    leaseId: q("leaseId"),
+    op: q("op"),
+    decision: decision as AuditDecision | undefined,
+    since: isoParam("since", q("since")),
+    until: isoParam("until", q("until")),
+    cursor: q("cursor"),
+    limit,
+  };
+}
+
+function isoParam(name: string, value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms) || !/^\d{4}-\d{2}-\d{2}/.test(value)) {
+    throw invalid(`${name} must be an ISO 8601 date-time, e.g. 2026-11-22T12:00:00Z`);
+  }
+  return new Date(ms).toISOString();
+}
+
+function invalid(message: string): DomainError {
+  return new DomainError("InvalidRequest", message);
+}

@@ -1,0 +1,2 @@
+export { createFsBackend, FsBackend, type FsBackendOptions } from "./fs-backend.js";
+export { type RangeRequest, resolveRange } from "./range.js";

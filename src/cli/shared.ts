@@ -1,0 +1,60 @@
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import { LeaseApiError, LeaseClient } from "../client/lease-client.js";
+import { DEV_ACCESS_KEY_ID, DEV_SECRET_ACCESS_KEY } from "../config/resolve.js";
+
+export class CliError extends Error {
+  override name = "CliError";
+  constructor(
+    message: string,
+    readonly exitCode = 1,
+  ) {
+    super(message);
+  }
+}
+
+/** Exit codes of the client commands. */
+export const EXIT = { usage: 2, leaseHeld: 75, leaseLost: 76, unavailable: 69 } as const;
+
+export function clientFromEnv(env = process.env): LeaseClient {
+  return new LeaseClient({
+    endpoint: env.FENCEGATE_ENDPOINT || "http://127.0.0.1:9700",
+    accessKeyId: env.AWS_ACCESS_KEY_ID || DEV_ACCESS_KEY_ID,
+    secretAccessKey: env.AWS_SECRET_ACCESS_KEY || DEV_SECRET_ACCESS_KEY,
+    region: env.AWS_REGION || env.AWS_DEFAULT_REGION || "us-east-1",
+  });
+}
+
+export function parse<T extends ParseArgsConfig["options"]>(args: string[], options: T, allowPositionals = false) {
+  try {
+    return parseArgs({ args, options, allowPositionals, strict: true });
+  } catch (e) {
+    throw new CliError((e as Error).message, EXIT.usage);
+  }
+}
+
+export function intOption(name: string, value: string | undefined, fallback?: number): number | undefined {
+  if (value === undefined) return fallback;
+  if (!/^\d+$/.test(value)) throw new CliError(`--${name} must be a whole number, got "${value}"`, EXIT.usage);
+  return Number(value);
+}
+
+export function printJson(value: unknown): void {
+  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+}
+
+/** API errors become a one-line message and a distinct exit code. */
+export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof LeaseApiError) {
+      const code = e.code === "LeaseHeld" ? EXIT.leaseHeld : e.code === "LeaseLost" ? EXIT.leaseLost : 1;
+      throw new CliError(`${e.code} (HTTP ${e.status}): ${e.message}`, code);
+    }
+    if (e instanceof TypeError && /fetch failed/.test(e.message)) {
+      const cause = (e as { cause?: { message?: string } }).cause?.message ?? "connection failed";
+      throw new CliError(`cannot reach the gateway: ${cause}`, EXIT.unavailable);
+    }
+    throw e;
+  }
+}

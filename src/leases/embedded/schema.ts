@@ -1,0 +1,54 @@
+import type { EmbeddedDb } from "../../embedded/db.js";
+
+/**
+ * Tables of the embedded lease store. The db handle is shared with the storage backend and the
+ * audit log, hence the `lease_` prefix on every name.
+ *
+ * - lease_counter holds the last token granted. It is bumped in the same transaction that
+ *   inserts the lease, so a token is durable (synchronous=FULL) before anyone learns it and is
+ *   never handed out twice, even across kill -9.
+ * - lease_leases holds every lease the store still remembers. `ended_at` is set when the lease
+ *   is seen to end (released, or expiry reported); retention works from it.
+ */
+const DDL = `
+CREATE TABLE IF NOT EXISTS lease_counter (
+  id INTEGER PRIMARY KEY CHECK (id = 1),
+  value INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO lease_counter (id, value) VALUES (1, 0);
+
+CREATE TABLE IF NOT EXISTS lease_leases (
+  lease_id TEXT PRIMARY KEY,
+  bucket TEXT NOT NULL,
+  key TEXT,
+  prefix TEXT,
+  owner TEXT NOT NULL,
+  token INTEGER NOT NULL UNIQUE,
+  ttl_ms INTEGER NOT NULL,
+  acquired_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL,
+  released_at INTEGER,
+  expiry_reported INTEGER NOT NULL DEFAULT 0,
+  ended_at INTEGER,
+  CHECK ((key IS NULL) <> (prefix IS NULL))
+);
+
+-- Key leases by key: exact-key and key-range (prefix resource) lookups.
+CREATE INDEX IF NOT EXISTS lease_leases_key ON lease_leases (bucket, key, token) WHERE key IS NOT NULL;
+-- Prefix leases: few compared with key leases, scanned per bucket and checked in code.
+CREATE INDEX IF NOT EXISTS lease_leases_prefix ON lease_leases (bucket, token) WHERE prefix IS NOT NULL;
+-- Leases not yet seen to end: active ones, and expired ones still to be reported.
+CREATE INDEX IF NOT EXISTS lease_leases_open ON lease_leases (expires_at)
+  WHERE released_at IS NULL AND expiry_reported = 0;
+CREATE INDEX IF NOT EXISTS lease_leases_ended ON lease_leases (ended_at) WHERE ended_at IS NOT NULL;
+`;
+
+export function migrateLeaseTables(db: EmbeddedDb): void {
+  db.transaction(() => {
+    db.exec(DDL);
+    // Defence in depth: the counter can never sit below a token already granted.
+    db.prepare(
+      "UPDATE lease_counter SET value = MAX(value, (SELECT COALESCE(MAX(token), 0) FROM lease_leases)) WHERE id = 1",
+    ).run();
+  }).immediate();
+}

@@ -1,0 +1,72 @@
+import { DomainError } from "../core/errors.js";
+import type { S3Operation, S3Request } from "./context.js";
+import { createBucket, deleteBucket, getBucketLocation, headBucket, listBuckets } from "./operations/buckets.js";
+import { listObjectsV1, listObjectsV2 } from "./operations/list-objects.js";
+import { deleteObject, getObject, headObject, putObject } from "./operations/objects.js";
+
+/** Sub-resources S3 defines that this gateway does not serve: answered with NotImplemented. */
+const UNSUPPORTED_BUCKET_SUBRESOURCES = [
+  "acl",
+  "policy",
+  "cors",
+  "lifecycle",
+  "versioning",
+  "website",
+  "tagging",
+  "notification",
+  "replication",
+  "encryption",
+  "logging",
+  "object-lock",
+  "ownershipControls",
+  "publicAccessBlock",
+  "requestPayment",
+  "accelerate",
+  "analytics",
+  "inventory",
+  "metrics",
+  "intelligent-tiering",
+];
+
+/** Picks the S3 operation from the method, the address and the query's sub-resources. */
+export function selectOperation(req: S3Request): { name: string; run: S3Operation } {
+  const { method, bucket, key, query } = req;
+  const m = method === "HEAD" ? "HEAD" : method;
+  if (bucket === null) {
+    if (m === "GET") return { name: "ListBuckets", run: listBuckets };
+    throw methodNotAllowed();
+  }
+  if (key === null) {
+    if (m === "GET") {
+      if (query.has("location")) return { name: "GetBucketLocation", run: getBucketLocation };
+      rejectUnsupported(query);
+      if (query.get("list-type") === "2") return { name: "ListObjectsV2", run: listObjectsV2 };
+      return { name: "ListObjects", run: listObjectsV1 };
+    }
+    rejectUnsupported(query);
+    if (m === "PUT") return { name: "CreateBucket", run: createBucket };
+    if (m === "HEAD") return { name: "HeadBucket", run: headBucket };
+    if (m === "DELETE") return { name: "DeleteBucket", run: deleteBucket };
+    throw methodNotAllowed();
+  }
+  rejectUnsupported(query, ["acl", "tagging", "retention", "legal-hold", "torrent", "restore", "select"]);
+  if (m === "PUT") return { name: "PutObject", run: putObject };
+  if (m === "GET") return { name: "GetObject", run: getObject };
+  if (m === "HEAD") return { name: "HeadObject", run: headObject };
+  if (m === "DELETE") return { name: "DeleteObject", run: deleteObject };
+  throw methodNotAllowed();
+}
+
+function rejectUnsupported(query: URLSearchParams, names = UNSUPPORTED_BUCKET_SUBRESOURCES): void {
+  for (const name of names) {
+    if (query.has(name)) {
+      throw new DomainError("NotImplemented", `the ${name} sub-resource is not implemented by fencegate`);
+    }
+  }
+}
+
+function methodNotAllowed(): DomainError {
+  return new DomainError("InvalidRequest", "The specified method is not allowed against this resource.", {
+    s3Code: "MethodNotAllowed",
+  });
+}

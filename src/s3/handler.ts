@@ -1,0 +1,93 @@
+import type { IncomingMessage } from "node:http";
+import { Readable } from "node:stream";
+import type { Context } from "hono";
+import { validateObjectKey } from "../backends/key-rules.js";
+import type { Logger } from "../log.js";
+import { addressRequest } from "./addressing.js";
+import type { S3Request, S3Response, S3Services } from "./context.js";
+import { selectOperation } from "./dispatch.js";
+import { renderS3Error, type S3Error, toS3Error } from "./errors.js";
+import type { RequestAuthenticator } from "./request-auth.js";
+import { renderXml } from "./xml.js";
+
+export type S3HandlerOptions = {
+  services: S3Services;
+  authenticator: RequestAuthenticator;
+  domain?: string;
+  log: Logger;
+};
+
+type Bindings = { incoming: IncomingMessage };
+export type S3Env = { Bindings: Bindings; Variables: { requestId: string; log: Logger } };
+
+/** The S3 wire protocol: address, authenticate, dispatch, render. */
+export function s3Handler(opts: S3HandlerOptions) {
+  return async (c: Context<S3Env>): Promise<Response> => {
+    const incoming = c.env.incoming;
+    const requestId = c.get("requestId");
+    const log = c.get("log");
+    const rawUrl = incoming.url ?? "/";
+    const q = rawUrl.indexOf("?");
+    const rawPath = q === -1 ? rawUrl : rawUrl.slice(0, q);
+    const rawQuery = q === -1 ? "" : rawUrl.slice(q + 1);
+    const method = incoming.method ?? "GET";
+    let resource = rawPath;
+    try {
+      const addressed = addressRequest(rawPath, incoming.headers.host, opts.domain);
+      resource = `/${addressed.bucket ?? ""}${addressed.key !== null ? `/${addressed.key}` : ""}`;
+      const auth = opts.authenticator.authenticate({ method, rawPath, rawQuery, headers: incoming.headers });
+      if (addressed.key !== null) validateObjectKey(addressed.key);
+      const req: S3Request = {
+        requestId,
+        method,
+        bucket: addressed.bucket,
+        key: addressed.key,
+        query: new URLSearchParams(rawQuery),
+        headers: incoming.headers,
+        body: incoming,
+        principal: auth.accessKeyId,
+        decodeBody: () => opts.authenticator.decodeBody(incoming, auth),
+        log,
+      };
+      const op = selectOperation(req);
+      log.debug({ op: op.name, bucket: req.bucket, key: req.key, principal: req.principal }, "s3 request");
+      const res = await op.run(req, opts.services);
+      return toResponse(res, method);
+    } catch (err) {
+      const s3err = toS3Error(err);
+      if (s3err.status >= 500) log.error({ err }, "request failed");
+      else log.info({ code: s3err.code, status: s3err.status, msg: s3err.message }, "request refused");
+      return errorResponse(s3err, resource, requestId, method);
+    }
+  };
+}
+
+function toResponse(res: S3Response, method: string): Response {
+  const headers = new Headers(res.headers);
+  if (res.xml) {
+    headers.set("content-type", "application/xml");
+    return new Response(renderXml(res.xml.root, res.xml.body), { status: res.status, headers });
+  }
+  if (res.stream) {
+    if (method === "HEAD") {
+      res.stream.destroy();
+      return new Response(null, { status: res.status, headers });
+    }
+    return new Response(Readable.toWeb(res.stream) as ReadableStream, { status: res.status, headers });
+  }
+  if (!headers.has("content-length") && method !== "HEAD") headers.set("content-length", "0");
+  return new Response(null, { status: res.status, headers });
+}
+
+export function errorResponse(err: S3Error, resource: string, requestId: string, method: string): Response {
+  const headers = new Headers();
+  const highest = err.extra.HighestToken;
+  if (typeof highest === "number") headers.set("x-fence-highest-token", String(highest));
+  if (err.status === 304 || method === "HEAD") {
+    // HEAD answers carry no body; the code goes in a header for clients that want it.
+    headers.set("x-amz-error-code", err.code);
+    return new Response(null, { status: err.status, headers });
+  }
+  headers.set("content-type", "application/xml");
+  return new Response(renderS3Error(err, resource, requestId), { status: err.status, headers });
+}

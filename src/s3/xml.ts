@@ -1,0 +1,42 @@
+/**
+ * S3 response XML. Handlers return plain objects; this one serializer writes them.
+ * A value that is an array repeats its element; undefined/null values are left out.
+ */
+export type XmlValue = string | number | boolean | Date | null | undefined | XmlNode | XmlValue[];
+export type XmlNode = { [element: string]: XmlValue };
+
+const S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/";
+
+export function renderXml(root: string, body: XmlNode, { namespace = true } = {}): string {
+  const ns = namespace ? ` xmlns="${S3_NS}"` : "";
+  return `<?xml version="1.0" encoding="UTF-8"?>\n<${root}${ns}>${renderChildren(body)}</${root}>`;
+}
+
+function renderChildren(node: XmlNode): string {
+  let out = "";
+  for (const [name, value] of Object.entries(node)) out += renderElement(name, value);
+  return out;
+}
+
+function renderElement(name: string, value: XmlValue): string {
+  if (value === undefined || value === null) return "";
+  if (Array.isArray(value)) return value.map((v) => renderElement(name, v)).join("");
+  if (value instanceof Date) return `<${name}>${value.toISOString()}</${name}>`;
+  if (typeof value === "object") return `<${name}>${renderChildren(value)}</${name}>`;
+  return `<${name}>${escapeXml(String(value))}</${name}>`;
+}
+
+export function escapeXml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => ESCAPES[c]!).replace(/[\u0000-\u0008\u000B\u000C\u000E-\u001F]/g, (c) => {
+    // XML 1.0 cannot carry most control characters even escaped; S3 writes them as character references.
+    return `&#x${c.charCodeAt(0).toString(16)};`;
+  });
+}
+
+const ESCAPES: Record<string, string> = {
+  "&": "&amp;",
+  "<": "&lt;",
+  ">": "&gt;",
+  '"': "&quot;",
+  "'": "&apos;",
+};
