@@ -14,7 +14,14 @@ export const MAX_OBJECT_KEY_BYTES = 1024;
 
 /** Why a key is refused: the S3 code for `too-long` is KeyTooLongError, the rest have none. */
 export type ObjectKeyProblem = {
-  reason: "empty" | "too-long" | "invalid-utf8" | "control-character" | "backslash" | "leading-slash" | "dot-segment";
+  reason:
+    | "empty"
+    | "too-long"
+    | "invalid-utf8"
+    | "control-character"
+    | "backslash"
+    | "leading-slash"
+    | "dot-segment";
   message: string;
 };
 
@@ -60,6 +67,9 @@ export function assertValidObjectKey(key: string): void {
   if (problem) throw new DomainError("InvalidObjectName", problem.message, { key, reason: problem.reason });
 }
 
+/** Alias of assertValidObjectKey (the name the S3 layer uses). */
+export const validateObjectKey = assertValidObjectKey;
+
 const BUCKET_CHARS = /^[a-z0-9][a-z0-9.-]*[a-z0-9]$/;
 const IP_LIKE = /^\d{1,3}(\.\d{1,3}){3}$/;
 // Prefixes and suffixes S3 reserves for its own features (access points, directory buckets...).
@@ -87,3 +97,6 @@ export function assertValidBucketName(name: string): void {
   const problem = bucketNameProblem(name);
   if (problem) throw new DomainError("InvalidBucketName", problem, { bucket: name });
 }
+
+/** Alias of assertValidBucketName. */
+export const validateBucketName = assertValidBucketName;

@@ -11,7 +11,10 @@ export type LeaseState = "active" | "expired" | "released";
  * A resource as it appears on a LeaseResource or on a stored LeaseRecord (whose `key` and
  * `prefix` are both optional). A defined `key` wins; otherwise the lease is a prefix lease.
  */
-export type ResourceRef = Pick<LeaseResource, "bucket"> & { key?: string | undefined; prefix?: string | undefined };
+export type ResourceRef = Pick<LeaseResource, "bucket"> & {
+  key?: string | undefined;
+  prefix?: string | undefined;
+};
 
 /** Same bucket, and one resource contains the other (the two leases would guard a common key). */
 export function overlaps(a: ResourceRef, b: ResourceRef): boolean {

@@ -46,7 +46,7 @@ export function s3Handler(opts: S3HandlerOptions) {
         headers: incoming.headers,
         body: incoming,
         principal: auth.accessKeyId,
-        decodeBody: () => opts.authenticator.decodeBody(incoming, auth),
+        decodeBody: () => opts.authenticator.decodeBody(incoming, incoming.headers, auth),
         log,
       };
       const op = selectOperation(req);

@@ -1,12 +1,12 @@
 import type { AuditLog } from "../audit/audit-log.js";
-import { createEmbeddedAuditLog } from "../audit/embedded/index.js";
+import { createEmbeddedAuditLog } from "../audit/embedded/embedded-audit-log.js";
 import { createFsBackend } from "../backends/fs/index.js";
 import type { StorageBackend } from "../backends/storage-backend.js";
 import { ConfigError } from "../config/load.js";
 import type { Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import { type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
-import { createEmbeddedLeaseStore } from "../leases/embedded/index.js";
+import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
 import type { LeaseStore } from "../leases/lease-store.js";
 import type { Logger } from "../log.js";
 

@@ -18,7 +18,10 @@ export function bodyOf(data: string | Buffer, chunkSize = 16 * 1024): Readable {
 }
 
 /** A body that delivers `sent` and then fails, as a body whose signature or checksum does not verify. */
-export function failingBody(sent: string | Buffer, error: Error = new Error("body verification failed")): Readable {
+export function failingBody(
+  sent: string | Buffer,
+  error: Error = new Error("body verification failed"),
+): Readable {
   return Readable.from(
     (async function* chunks() {
       yield typeof sent === "string" ? Buffer.from(sent) : sent;

@@ -6,7 +6,10 @@ import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { fakeClock } from "../../src/core/clock.js";
 import { type EmbeddedDb, openEmbeddedDb } from "../../src/embedded/db.js";
-import { createEmbeddedLeaseStore, type EmbeddedLeaseStore } from "../../src/leases/embedded/embedded-lease-store.js";
+import {
+  createEmbeddedLeaseStore,
+  type EmbeddedLeaseStore,
+} from "../../src/leases/embedded/embedded-lease-store.js";
 import type { LeaseRecord } from "../../src/leases/lease-store.js";
 import { describeLeaseStoreContract, type FakeClock } from "./lease-store.contract.js";
 
@@ -65,7 +68,9 @@ describe("embedded lease store", () => {
 
   it("keeps its tables apart from the other users of the db", () => {
     const tables = db
-      .prepare<[], { name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+      .prepare<[], { name: string }>(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+      )
       .all()
       .map((t) => t.name);
     expect(tables.length).toBeGreaterThan(0);

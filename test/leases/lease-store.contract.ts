@@ -22,7 +22,10 @@ export type LeaseStoreFactory = (clock: FakeClock) => Promise<LeaseStoreHarness>
 
 const TTL = 10_000;
 
-export async function expectDomainError(promise: Promise<unknown>, code: DomainErrorCode): Promise<DomainError> {
+export async function expectDomainError(
+  promise: Promise<unknown>,
+  code: DomainErrorCode,
+): Promise<DomainError> {
   const error = await promise.then(
     () => {
       throw new Error(`expected DomainError ${code}, but the call succeeded`);
@@ -52,7 +55,8 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
 
     async function grant(resource: LeaseResource, ttlMs = TTL, owner = "worker"): Promise<LeaseRecord> {
       const result = await store.tryAcquire({ resource, ttlMs, owner });
-      if (!result.granted) throw new Error(`expected a grant on ${JSON.stringify(resource)}, held by ${result.heldBy.leaseId}`);
+      if (!result.granted)
+        throw new Error(`expected a grant on ${JSON.stringify(resource)}, held by ${result.heldBy.leaseId}`);
       return result.lease;
     }
 
@@ -132,10 +136,20 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         ["nested prefix, inner first", { bucket: "b", prefix: "a/b/" }, { bucket: "b", prefix: "a/" }, true],
         ["disjoint prefixes", { bucket: "b", prefix: "a/" }, { bucket: "b", prefix: "b/" }, false],
         ["sibling prefixes", { bucket: "b", prefix: "a/b/" }, { bucket: "b", prefix: "a/c/" }, false],
-        ["empty prefix (whole bucket) over a key", { bucket: "b", prefix: "" }, { bucket: "b", key: "x" }, true],
+        [
+          "empty prefix (whole bucket) over a key",
+          { bucket: "b", prefix: "" },
+          { bucket: "b", key: "x" },
+          true,
+        ],
         ["key under the empty prefix", { bucket: "b", key: "x" }, { bucket: "b", prefix: "" }, true],
         ["same key, different buckets", { bucket: "b1", key: "k" }, { bucket: "b2", key: "k" }, false],
-        ["nested prefixes, different buckets", { bucket: "b1", prefix: "a/" }, { bucket: "b2", prefix: "a/b/" }, false],
+        [
+          "nested prefixes, different buckets",
+          { bucket: "b1", prefix: "a/" },
+          { bucket: "b2", prefix: "a/b/" },
+          false,
+        ],
         ["`_` is not a wildcard", { bucket: "b", prefix: "a_" }, { bucket: "b", key: "ab" }, false],
         ["`%` is not a wildcard", { bucket: "b", prefix: "a%" }, { bucket: "b", prefix: "abc/" }, false],
         ["non-ASCII prefix over a key", { bucket: "b", prefix: "ü/" }, { bucket: "b", key: "ü/1" }, true],
@@ -170,7 +184,10 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         const resources: LeaseResource[] = [
           { bucket: "b", prefix: "p/" },
           { bucket: "b", prefix: "p/q/" },
-          ...Array.from({ length: 20 }, (_, i): LeaseResource => ({ bucket: "b", key: `p/${i % 2 ? "q/" : ""}${i}` })),
+          ...Array.from(
+            { length: 20 },
+            (_, i): LeaseResource => ({ bucket: "b", key: `p/${i % 2 ? "q/" : ""}${i}` }),
+          ),
         ];
         const results = await Promise.all(
           resources.map((resource, i) => store.tryAcquire({ resource, ttlMs: TTL, owner: `w${i}` })),
@@ -186,9 +203,9 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
       it("holds the resource until expiresAt, then grants it again with a higher token", async () => {
         const first = await grant({ bucket: "b", key: "k" }, 1_000);
         clock.advance(999);
-        expect((await store.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: TTL, owner: "o" })).granted).toBe(
-          false,
-        );
+        expect(
+          (await store.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: TTL, owner: "o" })).granted,
+        ).toBe(false);
         clock.advance(1); // now == expiresAt: expired
         const second = await grant({ bucket: "b", key: "k" });
         expect(second.token).toBeGreaterThan(first.token);
@@ -211,9 +228,9 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         expect(renewed).toEqual({ ...lease, ttlMs: 5_000, expiresAt: clock() + 5_000 });
         expect(await store.get(lease.leaseId)).toEqual(renewed);
         clock.advance(4_999);
-        expect((await store.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: TTL, owner: "o" })).granted).toBe(
-          false,
-        );
+        expect(
+          (await store.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: TTL, owner: "o" })).granted,
+        ).toBe(false);
         expect((await store.findActiveCovering("b", "k"))?.leaseId).toBe(lease.leaseId);
       });
 

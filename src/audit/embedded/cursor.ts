@@ -10,7 +10,9 @@ export function encodeCursor(seq: number): string {
 
 /** The seq after which the next page starts. Throws InvalidArgument for anything we did not issue. */
 export function decodeCursor(cursor: string): number {
-  const match = /^[A-Za-z0-9_-]+$/.test(cursor) ? PATTERN.exec(Buffer.from(cursor, "base64url").toString("utf8")) : null;
+  const match = /^[A-Za-z0-9_-]+$/.test(cursor)
+    ? PATTERN.exec(Buffer.from(cursor, "base64url").toString("utf8"))
+    : null;
   if (!match) throw new DomainError("InvalidArgument", "the audit cursor is malformed");
   return Number(match[1]);
 }

@@ -43,7 +43,11 @@ export const MAX_AUDIT_LIMIT = 1000;
  * synchronous=FULL it returns only once the record is on disk, so the caller may answer the
  * request it audits.
  */
-export function createEmbeddedAuditLog({ db, gatewayId, clock = systemClock }: EmbeddedAuditLogOptions): AuditLog {
+export function createEmbeddedAuditLog({
+  db,
+  gatewayId,
+  clock = systemClock,
+}: EmbeddedAuditLogOptions): AuditLog {
   migrateAuditTables(db);
 
   const insert = db.prepare(
@@ -173,7 +177,8 @@ function toRecord(row: AuditRow): AuditRecord {
 
 function parseTime(value: string, field: string): number {
   const ms = Date.parse(value);
-  if (Number.isNaN(ms)) throw new DomainError("InvalidArgument", `${field} is not an ISO 8601 time: ${value}`);
+  if (Number.isNaN(ms))
+    throw new DomainError("InvalidArgument", `${field} is not an ISO 8601 time: ${value}`);
   return ms;
 }
 

@@ -28,7 +28,9 @@ export class BlobStore {
     await mkdir(store.tmpDir, { recursive: true });
     // All 256 shards exist up front, so a write only ever needs to fsync its shard directory.
     await Promise.all(
-      Array.from({ length: 256 }, (_, i) => mkdir(join(root, i.toString(16).padStart(2, "0")), { recursive: true })),
+      Array.from({ length: 256 }, (_, i) =>
+        mkdir(join(root, i.toString(16).padStart(2, "0")), { recursive: true }),
+      ),
     );
     await syncDir(root);
     await syncDir(dirname(root));
@@ -49,6 +51,8 @@ export class BlobStore {
     const final = this.pathOf(id);
     const md5 = createHash("md5");
     let size = 0;
+    // flush: the stream fsyncs before it closes, and pipeline resolves only after 'close'.
+    const file = createWriteStream(tmp, { flags: "wx", flush: true });
     try {
       await pipeline(
         body,
@@ -60,11 +64,13 @@ export class BlobStore {
             yield bytes;
           }
         },
-        // flush: the stream fsyncs before it closes, and pipeline resolves only after 'close'.
-        createWriteStream(tmp, { flags: "wx", flush: true }),
+        file,
       );
       await rename(tmp, final);
     } catch (e) {
+      // A body can fail before the stream has even created the file: wait until the stream
+      // is closed, or the file would appear after its removal.
+      if (!file.closed) await new Promise<void>((resolve) => file.once("close", () => resolve()));
       await rm(tmp, { force: true });
       throw e;
     }

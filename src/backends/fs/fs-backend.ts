@@ -94,6 +94,7 @@ export class FsBackend implements StorageBackend {
     // left unread; the caller disposes of it. The commit checks again: this is no substitute.
     this.metadata.checkWrite(bucket, key, fence, conditions);
 
+    // No await before this call: the body must be piped (and its errors listened to) at once.
     const blob = await this.blobs.write(input.body);
     const etag = `"${blob.md5Hex}"`;
     const lastModified = this.clock();
@@ -118,7 +119,12 @@ export class FsBackend implements StorageBackend {
       throw e;
     }
     if (committed.replacedBlob) await this.blobs.remove(committed.replacedBlob);
-    return { etag, size: blob.size, lastModified: new Date(lastModified), highestToken: committed.highestToken };
+    return {
+      etag,
+      size: blob.size,
+      lastModified: new Date(lastModified),
+      highestToken: committed.highestToken,
+    };
   }
 
   async deleteObject(input: DeleteObjectInput, hooks?: CommitHooks): Promise<DeleteObjectResult> {

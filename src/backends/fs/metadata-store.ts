@@ -32,8 +32,10 @@ CREATE TABLE IF NOT EXISTS fs_objects (
   PRIMARY KEY (bucket, key)
 ) WITHOUT ROWID;
 
--- Listings and the BucketNotEmpty check read live rows only; tombstones stay out of the way.
-CREATE INDEX IF NOT EXISTS fs_objects_live ON fs_objects (bucket, key) WHERE deleted = 0;
+-- Listings and the BucketNotEmpty check read live rows only, from this index alone (it covers
+-- the listed columns), however many tombstones a bucket has collected.
+CREATE INDEX IF NOT EXISTS fs_objects_live ON fs_objects (bucket, key, size, etag, last_modified)
+  WHERE deleted = 0;
 -- The startup sweep asks, for each blob file, whether a row references it.
 CREATE UNIQUE INDEX IF NOT EXISTS fs_objects_blob ON fs_objects (blob) WHERE blob IS NOT NULL;
 `;
@@ -77,10 +79,15 @@ export type CommitResult = {
 export class FsMetadataStore {
   private readonly stmts;
   private readonly commitPutTx: (input: CommitPutInput) => CommitResult;
-  private readonly commitDeleteTx: (bucket: string, key: string, fence: WriteFence, now: number) => CommitResult;
+  private readonly commitDeleteTx: (
+    bucket: string,
+    key: string,
+    fence: WriteFence,
+    now: number,
+  ) => CommitResult;
   private readonly deleteBucketTx: (name: string) => void;
 
-  constructor(private readonly db: EmbeddedDb) {
+  constructor(db: EmbeddedDb) {
     db.exec(SCHEMA);
     this.stmts = {
       bucket: db.prepare<[string], { name: string; created_at: number }>(
@@ -92,7 +99,7 @@ export class FsMetadataStore {
       insertBucket: db.prepare("INSERT OR IGNORE INTO fs_buckets (name, created_at) VALUES (?, ?)"),
       deleteBucket: db.prepare("DELETE FROM fs_buckets WHERE name = ?"),
       anyLive: db.prepare<[string], { one: number }>(
-        "SELECT 1 AS one FROM fs_objects WHERE bucket = ? AND deleted = 0 LIMIT 1",
+        "SELECT 1 AS one FROM fs_objects INDEXED BY fs_objects_live WHERE bucket = ? AND deleted = 0 LIMIT 1",
       ),
       row: db.prepare<[string, string], ObjectRow>("SELECT * FROM fs_objects WHERE bucket = ? AND key = ?"),
       upsertLive: db.prepare(
@@ -111,11 +118,11 @@ export class FsMetadataStore {
       deleteRow: db.prepare("DELETE FROM fs_objects WHERE bucket = ? AND key = ?"),
       blobReferenced: db.prepare<[string], { one: number }>("SELECT 1 AS one FROM fs_objects WHERE blob = ?"),
       listFrom: db.prepare<[string, string], ListRow>(
-        `SELECT key, size, etag, last_modified FROM fs_objects
+        `SELECT key, size, etag, last_modified FROM fs_objects INDEXED BY fs_objects_live
          WHERE bucket = ? AND deleted = 0 AND key >= ? ORDER BY key`,
       ),
       listAfter: db.prepare<[string, string], ListRow>(
-        `SELECT key, size, etag, last_modified FROM fs_objects
+        `SELECT key, size, etag, last_modified FROM fs_objects INDEXED BY fs_objects_live
          WHERE bucket = ? AND deleted = 0 AND key > ? ORDER BY key`,
       ),
     };
@@ -151,7 +158,9 @@ export class FsMetadataStore {
     this.deleteBucketTx = db.transaction((name: string) => {
       this.requireBucket(name);
       if (this.stmts.anyLive.get(name)) {
-        throw new DomainError("BucketNotEmpty", "the bucket you tried to delete is not empty", { bucket: name });
+        throw new DomainError("BucketNotEmpty", "the bucket you tried to delete is not empty", {
+          bucket: name,
+        });
       }
       this.stmts.deleteBucket.run(name);
     });
@@ -164,12 +173,15 @@ export class FsMetadataStore {
 
   requireBucket(name: string): { name: string; creationDate: Date } {
     const bucket = this.bucket(name);
-    if (!bucket) throw new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket: name });
+    if (!bucket)
+      throw new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket: name });
     return bucket;
   }
 
   buckets(): { name: string; creationDate: Date }[] {
-    return this.stmts.buckets.all().map((row) => ({ name: row.name, creationDate: new Date(row.created_at) }));
+    return this.stmts.buckets
+      .all()
+      .map((row) => ({ name: row.name, creationDate: new Date(row.created_at) }));
   }
 
   /** False when the bucket already exists. */
@@ -205,20 +217,33 @@ export class FsMetadataStore {
    * PreconditionFailed) and returns the current row. Used inside the commit transaction, and
    * before a body is received so that a doomed write is refused early.
    */
-  checkWrite(bucket: string, key: string, fence: WriteFence, conditions?: WriteConditions): ObjectRow | undefined {
+  checkWrite(
+    bucket: string,
+    key: string,
+    fence: WriteFence,
+    conditions?: WriteConditions,
+  ): ObjectRow | undefined {
     this.requireBucket(bucket);
     const row = this.stmts.row.get(bucket, key);
     if (fence && row?.hct != null && fence.token < row.hct) throw new StaleTokenError(fence.token, row.hct);
     const live = isLive(row) ? row : undefined;
     if (conditions?.ifMatch !== undefined && !(live && etagMatches(conditions.ifMatch, live.etag))) {
-      throw new DomainError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", {
-        condition: "If-Match",
-      });
+      throw new DomainError(
+        "PreconditionFailed",
+        "At least one of the pre-conditions you specified did not hold",
+        {
+          condition: "If-Match",
+        },
+      );
     }
     if (conditions?.ifNoneMatch !== undefined && live && etagMatches(conditions.ifNoneMatch, live.etag)) {
-      throw new DomainError("PreconditionFailed", "At least one of the pre-conditions you specified did not hold", {
-        condition: "If-None-Match",
-      });
+      throw new DomainError(
+        "PreconditionFailed",
+        "At least one of the pre-conditions you specified did not hold",
+        {
+          condition: "If-None-Match",
+        },
+      );
     }
     return row;
   }

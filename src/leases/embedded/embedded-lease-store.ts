@@ -2,10 +2,10 @@ import { randomBytes } from "node:crypto";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
-import { overlaps, prefixSuccessor, type ResourceRef, resourceOf } from "../lease-rules.js";
+import { overlaps, prefixSuccessor, resourceOf } from "../lease-rules.js";
 import type { AcquireInput, AcquireResult, LeaseRecord, LeaseResource, LeaseStore } from "../lease-store.js";
-import { selectForgettable } from "./retention.js";
-import { ACTIVE_SQL, isActiveRow, LEASE_COLUMNS, type LeaseRow, toLeaseRecord } from "./rows.js";
+import { createRetentionSweep } from "./retention.js";
+import { ACTIVE_SQL, isActiveRow, LEASE_COLUMNS, type LeaseRow, rowResource, toLeaseRecord } from "./rows.js";
 import { migrateLeaseTables } from "./schema.js";
 
 export type EmbeddedLeaseStoreOptions = {
@@ -46,23 +46,25 @@ export function createEmbeddedLeaseStore({
      VALUES (@leaseId, @bucket, @key, @prefix, @owner, @token, @ttlMs, @acquiredAt, @expiresAt)`,
   );
   const byId = db.prepare<[string], LeaseRow>(`SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE lease_id = ?`);
-  const extend = db.prepare("UPDATE lease_leases SET expires_at = @expiresAt, ttl_ms = @ttlMs WHERE lease_id = @id");
+  const extend = db.prepare(
+    "UPDATE lease_leases SET expires_at = @expiresAt, ttl_ms = @ttlMs WHERE lease_id = @id",
+  );
   const markReleased = db.prepare(
-    `UPDATE lease_leases SET released_at = @now, ended_at = MIN(COALESCE(ended_at, @now), @now, expires_at)
+    `UPDATE lease_leases SET released_at = @now, ended_at = MIN(@now, expires_at)
      WHERE lease_id = @id`,
   );
   const activeAll = db.prepare<{ now: number }, LeaseRow>(
-    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE ${ACTIVE_SQL} ORDER BY token`,
+    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE ${ACTIVE_SQL}`,
   );
   const activeInBucket = db.prepare<{ now: number; bucket: string }, LeaseRow>(
-    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE ${ACTIVE_SQL} AND bucket = @bucket ORDER BY token`,
+    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE ${ACTIVE_SQL} AND bucket = @bucket`,
   );
   const reportExpired = db.prepare<{ now: number }, LeaseRow>(
-    `UPDATE lease_leases SET expiry_reported = 1, ended_at = MIN(COALESCE(ended_at, expires_at), expires_at)
+    `UPDATE lease_leases SET expiry_reported = 1, ended_at = expires_at
      WHERE released_at IS NULL AND expiry_reported = 0 AND expires_at <= @now
      RETURNING ${LEASE_COLUMNS}`,
   );
-  const ping = db.prepare("SELECT 1");
+  const selectOne = db.prepare("SELECT 1");
 
   // Overlap lookups, in two halves: key leases through the key index (exact key, or the key
   // range under a prefix), and the bucket's prefix leases, checked with overlaps(). The SQL only
@@ -98,85 +100,52 @@ export function createEmbeddedLeaseStore({
     return overlapping(resource, ACTIVE_SQL, { now })[0];
   }
 
-  const acquire = db
-    .transaction((input: AcquireInput, now: number): AcquireResult => {
-      const held = findActiveOverlapping(input.resource, now);
-      if (held) return { granted: false, heldBy: toLeaseRecord(held) };
-      const { value: token } = nextToken.get()!;
-      const lease: LeaseRecord = {
-        leaseId: randomBytes(16).toString("base64url"),
-        ...resourceOf(input.resource),
-        owner: input.owner,
-        token,
-        ttlMs: input.ttlMs,
-        acquiredAt: now,
-        expiresAt: now + input.ttlMs,
-      };
-      insertLease.run({ ...lease, key: lease.key ?? null, prefix: lease.prefix ?? null });
-      return { granted: true, lease };
-    })
-  ;
+  const acquire = db.transaction((input: AcquireInput, now: number): AcquireResult => {
+    const held = findActiveOverlapping(input.resource, now);
+    if (held) return { granted: false, heldBy: toLeaseRecord(held) };
+    const { value: token } = nextToken.get()!;
+    const lease: LeaseRecord = {
+      leaseId: randomBytes(16).toString("base64url"),
+      ...resourceOf(input.resource),
+      owner: input.owner,
+      token,
+      ttlMs: input.ttlMs,
+      acquiredAt: now,
+      expiresAt: now + input.ttlMs,
+    };
+    insertLease.run({ ...lease, key: lease.key ?? null, prefix: lease.prefix ?? null });
+    return { granted: true, lease };
+  });
 
-  const renewTx = db
-    .transaction((leaseId: string, ttlMs: number, now: number): LeaseRecord => {
-      const row = byId.get(leaseId);
-      if (!row) throw notFound(leaseId);
-      if (row.released_at !== null) {
-        throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
-      }
-      if (!isActiveRow(row, now)) {
-        throw new DomainError("LeaseLost", `lease ${leaseId} expired at ${new Date(row.expires_at).toISOString()}`, {
+  const renewTx = db.transaction((leaseId: string, ttlMs: number, now: number): LeaseRecord => {
+    const row = byId.get(leaseId);
+    if (!row) throw notFound(leaseId);
+    if (row.released_at !== null) {
+      throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
+    }
+    if (!isActiveRow(row, now)) {
+      throw new DomainError(
+        "LeaseLost",
+        `lease ${leaseId} expired at ${new Date(row.expires_at).toISOString()}`,
+        {
           leaseId,
           reason: "expired",
-        });
-      }
-      const expiresAt = now + ttlMs;
-      extend.run({ id: leaseId, expiresAt, ttlMs });
-      return toLeaseRecord({ ...row, expires_at: expiresAt, ttl_ms: ttlMs });
-    })
-  ;
+        },
+      );
+    }
+    const expiresAt = now + ttlMs;
+    extend.run({ id: leaseId, expiresAt, ttlMs });
+    return toLeaseRecord({ ...row, expires_at: expiresAt, ttl_ms: ttlMs });
+  });
 
-  const releaseTx = db
-    .transaction((leaseId: string, now: number): LeaseRecord => {
-      const row = byId.get(leaseId);
-      if (!row || row.released_at !== null) throw notFound(leaseId);
-      markReleased.run({ id: leaseId, now });
-      return toLeaseRecord(byId.get(leaseId)!);
-    })
-  ;
+  const releaseTx = db.transaction((leaseId: string, now: number): LeaseRecord => {
+    const row = byId.get(leaseId);
+    if (!row || row.released_at !== null) throw notFound(leaseId);
+    markReleased.run({ id: leaseId, now });
+    return toLeaseRecord(byId.get(leaseId)!);
+  });
 
-  // Candidates for forgetting, plus every remembered lease with a lower token that might
-  // overlap one of them (see selectForgettable).
-  const sweepCandidates = db.prepare<{ cutoff: number }, LeaseRow>(
-    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE ended_at IS NOT NULL AND ended_at <= @cutoff`,
-  );
-  const sweepOlderKept = db.prepare<{ cutoff: number; maxToken: number }, LeaseRow>(
-    `SELECT ${LEASE_COLUMNS} FROM lease_leases
-     WHERE token < @maxToken AND (ended_at IS NULL OR ended_at > @cutoff)`,
-  );
-  const deleteLease = db.prepare("DELETE FROM lease_leases WHERE lease_id = ?");
-  const sweepTx = db
-    .transaction((now: number): number => {
-      const cutoff = now - retainMs;
-      const candidates = sweepCandidates.all({ cutoff });
-      if (candidates.length === 0) return 0;
-      const maxToken = candidates.reduce((max, row) => Math.max(max, row.token), 0);
-      const entries = [
-        ...candidates.map((row) => ({ row, due: true })),
-        ...sweepOlderKept.all({ cutoff, maxToken }).map((row) => ({ row, due: false })),
-      ]
-        .sort((a, b) => a.row.token - b.row.token)
-        .map(({ row, due }) => ({
-          leaseId: row.lease_id,
-          token: row.token,
-          resource: rowResource(row),
-          due,
-        }));
-      const ids = selectForgettable(entries);
-      for (const id of ids) deleteLease.run(id);
-      return ids.length;
-    })
-  ;
+  const sweepTx = db.transaction(createRetentionSweep(db, retainMs));
 
   let lastSweepAt = Number.NEGATIVE_INFINITY;
   let closed = false;
@@ -225,6 +194,7 @@ export function createEmbeddedLeaseStore({
       const rows = bucket === undefined ? activeAll.all({ now }) : activeInBucket.all({ now, bucket });
       return rows
         .filter((row) => prefix === undefined || (row.key ?? row.prefix ?? "").startsWith(prefix))
+        .sort((a, b) => a.token - b.token)
         .map(toLeaseRecord);
     },
 
@@ -252,7 +222,7 @@ export function createEmbeddedLeaseStore({
 
     async ping() {
       open();
-      ping.get();
+      selectOne.get();
     },
 
     async close() {
@@ -268,10 +238,6 @@ export function createEmbeddedLeaseStore({
   };
 }
 
-function rowResource(row: LeaseRow): ResourceRef {
-  return row.key !== null ? { bucket: row.bucket, key: row.key } : { bucket: row.bucket, prefix: row.prefix ?? "" };
-}
-
 /** `key` within the range of strings starting with `prefix` (an index range, not LIKE). */
 function keyRange(prefix: string): { sql: string; params: Record<string, string> } {
   const upper = prefixSuccessor(prefix);
@@ -281,7 +247,13 @@ function keyRange(prefix: string): { sql: string; params: Record<string, string>
 }
 
 function notFound(leaseId: string): DomainError {
-  return new DomainError("LeaseNotFound", `lease ${leaseId} not found (unknown, or already ended)`, { leaseId });
+  return new DomainError(
+    "LeaseNotFound",
+    `lease ${leaseId} not found (unknown, forgotten, or already released)`,
+    {
+      leaseId,
+    },
+  );
 }
 
 // The lease API validates its input against configured bounds; these checks only keep a

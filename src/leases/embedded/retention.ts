@@ -1,4 +1,6 @@
+import type { EmbeddedDb } from "../../embedded/db.js";
 import { overlaps, type ResourceRef } from "../lease-rules.js";
+import { LEASE_COLUMNS, type LeaseRow, rowResource } from "./rows.js";
 
 export type RetentionEntry = {
   leaseId: string;
@@ -42,4 +44,41 @@ function blocked(kept: { keys: Set<string>; prefixes: ResourceRef[] }, resource:
   if (resource.key !== undefined) return kept.keys.has(resource.key);
   for (const key of kept.keys) if (overlaps({ bucket: resource.bucket, key }, resource)) return true;
   return false;
+}
+
+/**
+ * The body of a retention sweep (run it inside a transaction): forgets leases that ended at
+ * least `retainMs` before `now`, as far as selectForgettable allows, and returns how many.
+ * A lease only gets `ended_at` once released or reported expired, so an expiry is never
+ * forgotten before collectExpired has reported it (and the LeaseExpired event was audited).
+ */
+export function createRetentionSweep(db: EmbeddedDb, retainMs: number): (now: number) => number {
+  const due = db.prepare<{ cutoff: number }, LeaseRow>(
+    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE ended_at IS NOT NULL AND ended_at <= @cutoff`,
+  );
+  // Everything else with a lower token than some due lease: what could hold a due lease back.
+  const olderKept = db.prepare<{ cutoff: number; maxToken: number }, LeaseRow>(
+    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE token < @maxToken AND (ended_at IS NULL OR ended_at > @cutoff)`,
+  );
+  const remove = db.prepare("DELETE FROM lease_leases WHERE lease_id = ?");
+  const entry = (row: LeaseRow, isDue: boolean): RetentionEntry => ({
+    leaseId: row.lease_id,
+    token: row.token,
+    resource: rowResource(row),
+    due: isDue,
+  });
+
+  return (now) => {
+    const cutoff = now - retainMs;
+    const dueRows = due.all({ cutoff });
+    if (dueRows.length === 0) return 0;
+    const maxToken = dueRows.reduce((max, row) => Math.max(max, row.token), 0);
+    const entries = [
+      ...dueRows.map((row) => entry(row, true)),
+      ...olderKept.all({ cutoff, maxToken }).map((row) => entry(row, false)),
+    ].sort((a, b) => a.token - b.token);
+    const ids = selectForgettable(entries);
+    for (const id of ids) remove.run(id);
+    return ids.length;
+  };
 }

@@ -1,3 +1,4 @@
+import type { ResourceRef } from "../lease-rules.js";
 import type { LeaseRecord } from "../lease-store.js";
 
 /** A lease_leases row as better-sqlite3 returns it. */
@@ -44,3 +45,9 @@ export const isActiveRow = (row: LeaseRow, now: number): boolean =>
 
 /** SQL form of isActiveRow, for `WHERE`; binds `@now`. */
 export const ACTIVE_SQL = "released_at IS NULL AND expiry_reported = 0 AND expires_at > @now";
+
+export function rowResource(row: LeaseRow): ResourceRef {
+  return row.key !== null
+    ? { bucket: row.bucket, key: row.key }
+    : { bucket: row.bucket, prefix: row.prefix ?? "" };
+}

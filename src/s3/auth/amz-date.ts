@@ -10,7 +10,10 @@ export function parseAmzDate(value: string): number | undefined {
 }
 
 export function formatAmzDate(ms: number): string {
-  return new Date(ms).toISOString().replace(/[-:]/g, "").replace(/\.\d{3}/, "");
+  return new Date(ms)
+    .toISOString()
+    .replace(/[-:]/g, "")
+    .replace(/\.\d{3}/, "");
 }
 
 /** An HTTP Date header (RFC 7231) as milliseconds, whole seconds only. */

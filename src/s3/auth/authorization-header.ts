@@ -1,11 +1,17 @@
-import { HEADER_STYLE, type ParsedCredential, parseCredential, parseSignedHeaders } from "./credential-scope.js";
+import {
+  HEADER_STYLE,
+  type ParsedCredential,
+  parseCredential,
+  parseSignedHeaders,
+} from "./credential-scope.js";
 import { S3RequestError } from "./s3-request-error.js";
 
 export const SIGV4_ALGORITHM = "AWS4-HMAC-SHA256";
 
 export type ParsedAuthorization = ParsedCredential & { signedHeaders: string[]; signature: string };
 
-const malformed = (why: string) => new S3RequestError("AuthorizationHeaderMalformed", HEADER_STYLE.prefix + why);
+const malformed = (why: string) =>
+  new S3RequestError("AuthorizationHeaderMalformed", HEADER_STYLE.prefix + why);
 
 /**
  * Parses `AWS4-HMAC-SHA256 Credential=…, SignedHeaders=…, Signature=…`. Clients differ in the
@@ -34,7 +40,8 @@ export function parseAuthorizationHeader(value: string): ParsedAuthorization {
   const credential = fields.get("Credential");
   const signedHeadersValue = fields.get("SignedHeaders");
   const signature = fields.get("Signature");
-  if (credential === undefined) throw malformed('the authorization header requires a "Credential" component.');
+  if (credential === undefined)
+    throw malformed('the authorization header requires a "Credential" component.');
   if (signedHeadersValue === undefined) {
     throw malformed('the authorization header requires a "SignedHeaders" component.');
   }

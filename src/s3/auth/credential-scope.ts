@@ -26,9 +26,7 @@ export function parseCredential(value: string, style: ScopeErrorStyle): ParsedCr
   const parts = value.split("/");
   const [accessKeyId, date, region, service, terminal] = parts;
   if (parts.length !== 5 || !accessKeyId || !date || !region || !service || !terminal) {
-    throw fail(
-      'the Credential is mal-formed; expecting "<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request".',
-    );
+    throw fail('the Credential is mal-formed; expecting "<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request".');
   }
   if (!/^\d{8}$/.test(date)) throw fail(`invalid credential date "${date}".`);
   if (service !== "s3") throw fail(`incorrect service "${service}". This endpoint belongs to "s3".`);

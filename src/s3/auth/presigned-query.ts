@@ -1,5 +1,10 @@
 import { SIGV4_ALGORITHM } from "./authorization-header.js";
-import { type ParsedCredential, parseCredential, parseSignedHeaders, QUERY_STYLE } from "./credential-scope.js";
+import {
+  type ParsedCredential,
+  parseCredential,
+  parseSignedHeaders,
+  QUERY_STYLE,
+} from "./credential-scope.js";
 import { decodeQueryComponent, type RawQueryParam } from "./query-string.js";
 import { S3RequestError } from "./s3-request-error.js";
 
@@ -26,7 +31,9 @@ const REQUIRED = [
 const paramError = (message: string) => new S3RequestError("AuthorizationQueryParametersError", message);
 
 export const isPresignedQuery = (params: readonly RawQueryParam[]): boolean =>
-  params.some(([name]) => name === "X-Amz-Algorithm" || name === "X-Amz-Credential");
+  params.some(
+    ([name]) => name === "X-Amz-Algorithm" || name === "X-Amz-Credential" || name === "X-Amz-Signature",
+  );
 
 /** Reads and validates the SigV4 query parameters (names are case-sensitive, as on S3). */
 export function parsePresignedQuery(params: readonly RawQueryParam[]): ParsedPresigned {

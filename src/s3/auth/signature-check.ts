@@ -2,8 +2,8 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import { canonicalHeaders } from "./canonical-headers.js";
 import { canonicalUriCandidates } from "./canonical-uri.js";
 import { canonicalQueryCandidates, decodeQueryComponent, type RawQueryParam } from "./query-string.js";
-import { S3RequestError } from "./s3-request-error.js";
 import type { RequestHeaders } from "./request-headers.js";
+import { S3RequestError } from "./s3-request-error.js";
 import { hmacSha256 } from "./signing-key.js";
 
 export type SignatureInput = {
@@ -41,20 +41,12 @@ export function verifySignature(input: SignatureInput): string {
   let first: { canonicalRequest: string; stringToSign: string } | undefined;
   for (const uri of canonicalUriCandidates(input.rawPath)) {
     for (const query of canonicalQueryCandidates(input.params, isSignatureParam)) {
-      const canonicalRequest = [
-        input.method,
-        uri,
-        query,
-        headerBlock,
-        signedList,
-        input.payloadHash,
-      ].join("\n");
-      const stringToSign = [
-        "AWS4-HMAC-SHA256",
-        input.amzDate,
-        input.scope,
-        sha256Hex(canonicalRequest),
-      ].join("\n");
+      const canonicalRequest = [input.method, uri, query, headerBlock, signedList, input.payloadHash].join(
+        "\n",
+      );
+      const stringToSign = ["AWS4-HMAC-SHA256", input.amzDate, input.scope, sha256Hex(canonicalRequest)].join(
+        "\n",
+      );
       first ??= { canonicalRequest, stringToSign };
       const expected = hmacSha256(input.signingKey, stringToSign);
       if (providedBytes && timingSafeEqual(expected, providedBytes)) return provided;

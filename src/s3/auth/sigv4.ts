@@ -224,9 +224,13 @@ function checkAllSigned(headers: RequestHeaders, signedHeaders: readonly string[
   );
   if (!signed.has("host")) missing.unshift("host");
   if (missing.length > 0) {
-    throw new S3RequestError("AccessDenied", "There were headers present in the request which were not signed", {
-      HeadersNotSigned: missing.join(", "),
-    });
+    throw new S3RequestError(
+      "AccessDenied",
+      "There were headers present in the request which were not signed",
+      {
+        HeadersNotSigned: missing.join(", "),
+      },
+    );
   }
 }
 

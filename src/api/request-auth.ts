@@ -1,0 +1,59 @@
+import { createHash } from "node:crypto";
+import type { Context } from "hono";
+import { DomainError } from "../core/errors.js";
+import { S3RequestError, UNSIGNED_PAYLOAD } from "../s3/auth/index.js";
+import type { RequestAuthenticator } from "../s3/request-auth.js";
+import type { ApiEnv } from "./lease-api.js";
+
+/** Lease API request bodies are small JSON documents. */
+const MAX_BODY_BYTES = 64 * 1024;
+
+/**
+ * SigV4 for the lease API, with the S3 access keys. Unlike S3, generic SigV4 clients (curl
+ * --aws-sigv4, for instance) may omit x-amz-content-sha256; the payload hash is then the
+ * body's own SHA-256, which is what they signed.
+ */
+export function apiAuthenticator(auth: RequestAuthenticator) {
+  return async (c: Context<ApiEnv>): Promise<{ principal: string; body: Buffer }> => {
+    const incoming = c.env.incoming;
+    const body = await readBody(c);
+    const bodyHash = createHash("sha256").update(body).digest("hex");
+    const headers = { ...incoming.headers };
+    const claimed = headers["x-amz-content-sha256"];
+    if (claimed === undefined) headers["x-amz-content-sha256"] = bodyHash;
+    else if (claimed !== UNSIGNED_PAYLOAD && claimed !== bodyHash) {
+      throw new S3RequestError(
+        "XAmzContentSHA256Mismatch",
+        "The provided 'x-amz-content-sha256' header does not match what was computed.",
+      );
+    }
+    const rawUrl = incoming.url ?? "/";
+    const q = rawUrl.indexOf("?");
+    const result = auth.authenticate({
+      method: incoming.method ?? "GET",
+      rawPath: q === -1 ? rawUrl : rawUrl.slice(0, q),
+      rawQuery: q === -1 ? "" : rawUrl.slice(q + 1),
+      headers,
+    });
+    return { principal: result.accessKeyId, body };
+  };
+}
+
+async function readBody(c: Context<ApiEnv>): Promise<Buffer> {
+  const declared = Number(c.req.header("content-length") ?? 0);
+  if (declared > MAX_BODY_BYTES) throw tooLarge();
+  const stream = c.req.raw.body;
+  if (!stream) return Buffer.alloc(0);
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
+    size += chunk.byteLength;
+    if (size > MAX_BODY_BYTES) throw tooLarge();
+    chunks.push(Buffer.from(chunk));
+  }
+  return Buffer.concat(chunks);
+}
+
+function tooLarge(): DomainError {
+  return new DomainError("InvalidRequest", `the request body exceeds ${MAX_BODY_BYTES} bytes`);
+}

@@ -1,0 +1,232 @@
+import { randomUUID } from "node:crypto";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { PassThrough } from "node:stream";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { BlobStore } from "../../src/backends/fs/blob-store.js";
+import { createFsBackend, type FsBackend } from "../../src/backends/fs/index.js";
+import { type EmbeddedDb, openEmbeddedDb } from "../../src/embedded/db.js";
+import { bodyOf, failingBody, metadataOf, readAll } from "./helpers.js";
+import { type BackendFixture, describeStorageBackendContract } from "./storage-backend.contract.js";
+
+type FsFixture = BackendFixture & { dataDir: string; db: () => EmbeddedDb; current: () => FsBackend };
+
+async function fsFixture(): Promise<FsFixture> {
+  const dataDir = await mkdtemp(join(tmpdir(), "fencegate-fs-"));
+  let db = openEmbeddedDb({ dataDir });
+  let backend = await createFsBackend({ dataDir, db });
+  const blobsDir = join(dataDir, "blobs");
+  return {
+    dataDir,
+    get backend() {
+      return backend;
+    },
+    db: () => db,
+    current: () => backend,
+    async reopen() {
+      await backend.close();
+      db.close();
+      db = openEmbeddedDb({ dataDir });
+      backend = await createFsBackend({ dataDir, db });
+      return backend;
+    },
+    async leftovers() {
+      const found = (await readdir(join(blobsDir, "tmp"))).map((name) => `tmp/${name}`);
+      const referenced = db.prepare("SELECT 1 FROM fs_objects WHERE blob = ?");
+      for (const shard of await readdir(blobsDir)) {
+        if (shard === "tmp") continue;
+        for (const name of await readdir(join(blobsDir, shard))) {
+          if (!referenced.get(name)) found.push(`${shard}/${name}`);
+        }
+      }
+      return found;
+    },
+    async cleanup() {
+      await backend.close();
+      db.close();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+describeStorageBackendContract("fs", fsFixture);
+
+describe("fs backend", () => {
+  let fixture: FsFixture | undefined;
+  afterEach(async () => {
+    vi.restoreAllMocks();
+    await fixture?.cleanup();
+    fixture = undefined;
+  });
+
+  const open = async () => {
+    fixture = await fsFixture();
+    await fixture.backend.createBucket("bucket");
+    return fixture;
+  };
+
+  const put = (backend: FsBackend, key: string, data: string, token: number | null = null) =>
+    backend.putObject({
+      bucket: "bucket",
+      key,
+      body: bodyOf(data),
+      metadata: metadataOf(),
+      fence: token ? { token } : null,
+    });
+
+  it("removes crash leftovers on startup: temp files and unreferenced blobs", async () => {
+    const fx = await open();
+    await put(fx.current(), "kept", "kept body", 1);
+    const blobs = join(fx.dataDir, "blobs");
+    await writeFile(join(blobs, "tmp", randomUUID()), "half-written upload");
+    await mkdir(join(blobs, "tmp", "odd-dir"));
+    const orphan = randomUUID();
+    await writeFile(join(blobs, orphan.slice(0, 2), orphan), "renamed but never committed");
+    expect(await fx.leftovers!()).toHaveLength(3);
+
+    const backend = await fx.reopen!();
+    expect(await fx.leftovers!()).toEqual([]);
+    expect((await readAll((await backend.getObject("bucket", "kept")).body)).toString()).toBe("kept body");
+  });
+
+  it("keeps no temp file after a body error, and rethrows the body's own error", async () => {
+    const fx = await open();
+    const error = new Error("signature mismatch");
+    await expect(
+      fx.current().putObject({
+        bucket: "bucket",
+        key: "k",
+        body: failingBody("x".repeat(100_000), error),
+        metadata: metadataOf(),
+        fence: null,
+      }),
+    ).rejects.toBe(error);
+    expect(await readdir(join(fx.dataDir, "blobs", "tmp"))).toEqual([]);
+    expect(await fx.leftovers!()).toEqual([]);
+  });
+
+  it("keeps no temp file when the body fails before its first byte", async () => {
+    const fx = await open();
+    for (let i = 0; i < 20; i++) {
+      const body = new PassThrough();
+      const write = fx
+        .current()
+        .putObject({ bucket: "bucket", key: "k", body, metadata: metadataOf(), fence: null });
+      body.destroy(new Error("client went away"));
+      await expect(write).rejects.toThrow("client went away");
+    }
+    expect(await fx.leftovers!()).toEqual([]);
+  });
+
+  it("unlinks the replaced blob after an overwrite and the blob of a deleted object", async () => {
+    const fx = await open();
+    await put(fx.current(), "k", "one");
+    await put(fx.current(), "k", "two");
+    const blobFiles = async () => {
+      const files: string[] = [];
+      for (const shard of await readdir(join(fx.dataDir, "blobs"))) {
+        if (shard !== "tmp") files.push(...(await readdir(join(fx.dataDir, "blobs", shard))));
+      }
+      return files;
+    };
+    expect(await blobFiles()).toHaveLength(1);
+    await fx.current().deleteObject({ bucket: "bucket", key: "k", fence: { token: 1 } });
+    expect(await blobFiles()).toEqual([]);
+  });
+
+  it("retries a GET whose blob was unlinked by an overwrite between reading the row and opening the file", async () => {
+    const fx = await open();
+    await put(fx.current(), "k", "old", 1);
+    const original = BlobStore.prototype.openForRead;
+    let raced = false;
+    vi.spyOn(BlobStore.prototype, "openForRead").mockImplementation(async function (
+      this: BlobStore,
+      id: string,
+    ) {
+      if (!raced) {
+        raced = true;
+        await put(fx.current(), "k", "new", 2);
+      }
+      return original.call(this, id);
+    });
+    const got = await fx.current().getObject("bucket", "k");
+    expect((await readAll(got.body)).toString()).toBe("new");
+    expect(got.info.size).toBe(3);
+  });
+
+  it("refuses a stale write before reading its body", async () => {
+    const fx = await open();
+    await put(fx.current(), "k", "v", 5);
+    const body = bodyOf("never read");
+    await expect(
+      fx
+        .current()
+        .putObject({ bucket: "bucket", key: "k", body, metadata: metadataOf(), fence: { token: 4 } }),
+    ).rejects.toMatchObject({ code: "StaleFencingToken", highestToken: 5 });
+    expect(body.readableDidRead).toBe(false);
+    body.destroy();
+  });
+
+  it("keeps its tables in the shared database under the fs_ prefix", async () => {
+    const fx = await open();
+    const tables = fx
+      .db()
+      .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+      .all()
+      .map((row) => (row as { name: string }).name);
+    expect(tables.sort()).toEqual(["fs_buckets", "fs_objects"]);
+  });
+
+  it("lists from the covering live-object index, so tombstones cost nothing", async () => {
+    const fx = await open();
+    const plan = fx
+      .db()
+      .prepare(
+        `EXPLAIN QUERY PLAN SELECT key, size, etag, last_modified FROM fs_objects INDEXED BY fs_objects_live
+         WHERE bucket = ? AND deleted = 0 AND key > ? ORDER BY key`,
+      )
+      .all("bucket", "a")
+      .map((row) => (row as { detail: string }).detail)
+      .join("\n");
+    expect(plan).toMatch(/USING COVERING INDEX fs_objects_live \(bucket=\? AND key>\?\)/);
+    expect(plan).not.toMatch(/TEMP B-TREE/);
+  });
+
+  it("keeps lastModified to the millisecond from the injected clock", async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), "fencegate-fs-"));
+    const db = openEmbeddedDb({ dataDir });
+    try {
+      const at = Date.UTC(2026, 10, 22, 12, 0, 0, 123);
+      const backend = await createFsBackend({ dataDir, db, clock: () => at });
+      await backend.createBucket("bucket");
+      const result = await put(backend, "k", "v");
+      expect(result.lastModified.getTime()).toBe(at);
+      expect((await backend.headObject("bucket", "k")).lastModified.getTime()).toBe(at);
+      expect((await backend.headBucket("bucket")).creationDate.getTime()).toBe(at);
+      const listed = await backend.listObjects({ bucket: "bucket", maxKeys: 10 });
+      expect(listed.objects[0]!.lastModified.getTime()).toBe(at);
+    } finally {
+      db.close();
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it("refuses invalid tokens and maxKeys", async () => {
+    const fx = await open();
+    for (const token of [-1, 1.5, Number.NaN, 2 ** 60]) {
+      await expect(
+        fx.current().putObject({
+          bucket: "bucket",
+          key: "k",
+          body: bodyOf("v"),
+          metadata: metadataOf(),
+          fence: { token },
+        }),
+      ).rejects.toMatchObject({ code: "InvalidArgument" });
+    }
+    await expect(fx.current().listObjects({ bucket: "bucket", maxKeys: -1 })).rejects.toMatchObject({
+      code: "InvalidArgument",
+    });
+  });
+});
