@@ -80,7 +80,8 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   app.post("/leases/:leaseId/renew", async (c) => {
     const body = c.get("body").length > 0 ? jsonBody(c) : {};
     const ttlMs = body.ttlMs;
-    if (ttlMs !== undefined && typeof ttlMs !== "number") throw invalid("ttlMs must be a number of milliseconds");
+    if (ttlMs !== undefined && typeof ttlMs !== "number")
+      throw invalid("ttlMs must be a number of milliseconds");
     return c.json(await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c)));
   });
 

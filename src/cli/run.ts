@@ -14,7 +14,10 @@ const KILL_GRACE_MS = 5_000;
 export async function runCommand(args: string[]): Promise<number> {
   const dashdash = args.indexOf("--");
   if (dashdash === -1 || dashdash === args.length - 1) {
-    throw new CliError("usage: fencegate run --bucket B (--key K | --prefix P) [options] -- CMD [ARGS...]", EXIT.usage);
+    throw new CliError(
+      "usage: fencegate run --bucket B (--key K | --prefix P) [options] -- CMD [ARGS...]",
+      EXIT.usage,
+    );
   }
   const { values } = parse(args.slice(0, dashdash), {
     bucket: { type: "string" },
@@ -65,10 +68,12 @@ export async function runCommand(args: string[]): Promise<number> {
     stopChild(child);
   });
 
-  const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: Error }>((resolve) => {
-    child.once("error", (error) => resolve({ code: null, signal: null, error }));
-    child.once("exit", (code, signal) => resolve({ code, signal }));
-  });
+  const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: Error }>(
+    (resolve) => {
+      child.once("error", (error) => resolve({ code: null, signal: null, error }));
+      child.once("exit", (code, signal) => resolve({ code, signal }));
+    },
+  );
   keeper.stop();
   process.off("SIGINT", onInt);
   process.off("SIGTERM", onTerm);
@@ -126,6 +131,9 @@ function stopChild(child: ChildProcess): void {
 
 function signalNumber(signal: NodeJS.Signals): number | undefined {
   return (
-    { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGTERM: 15, SIGUSR1: 10, SIGUSR2: 12 } as Record<string, number>
+    { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGTERM: 15, SIGUSR1: 10, SIGUSR2: 12 } as Record<
+      string,
+      number
+    >
   )[signal];
 }

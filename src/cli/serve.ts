@@ -38,7 +38,10 @@ export async function serveCommand(args: string[]): Promise<number> {
   } catch (e) {
     if (e instanceof ConfigError) throw new CliError(e.message, 78);
     if ((e as NodeJS.ErrnoException).code === "EADDRINUSE") {
-      throw new CliError(`cannot listen: ${(e as Error).message} (set FENCEGATE_PORT, or 0 for any free port)`, 1);
+      throw new CliError(
+        `cannot listen: ${(e as Error).message} (set FENCEGATE_PORT, or 0 for any free port)`,
+        1,
+      );
     }
     throw new CliError(`cannot start: ${(e as Error).message}`, 1);
   }

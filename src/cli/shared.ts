@@ -1,4 +1,4 @@
-import { parseArgs, type ParseArgsConfig } from "node:util";
+import { type ParseArgsConfig, parseArgs } from "node:util";
 import { LeaseApiError, LeaseClient } from "../client/lease-client.js";
 import { DEV_ACCESS_KEY_ID, DEV_SECRET_ACCESS_KEY } from "../config/resolve.js";
 
@@ -24,7 +24,11 @@ export function clientFromEnv(env = process.env): LeaseClient {
   });
 }
 
-export function parse<T extends ParseArgsConfig["options"]>(args: string[], options: T, allowPositionals = false) {
+export function parse<T extends ParseArgsConfig["options"]>(
+  args: string[],
+  options: T,
+  allowPositionals = false,
+) {
   try {
     return parseArgs({ args, options, allowPositionals, strict: true });
   } catch (e) {
@@ -34,7 +38,8 @@ export function parse<T extends ParseArgsConfig["options"]>(args: string[], opti
 
 export function intOption(name: string, value: string | undefined, fallback?: number): number | undefined {
   if (value === undefined) return fallback;
-  if (!/^\d+$/.test(value)) throw new CliError(`--${name} must be a whole number, got "${value}"`, EXIT.usage);
+  if (!/^\d+$/.test(value))
+    throw new CliError(`--${name} must be a whole number, got "${value}"`, EXIT.usage);
   return Number(value);
 }
 

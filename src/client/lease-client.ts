@@ -68,7 +68,11 @@ export class LeaseClient {
 
   renew(leaseId: string, ttlMs?: number): Promise<Lease> {
     const body = ttlMs === undefined ? {} : { ttlMs };
-    return this.call("POST", `/_fence/v1/leases/${encodeURIComponent(leaseId)}/renew`, body) as Promise<Lease>;
+    return this.call(
+      "POST",
+      `/_fence/v1/leases/${encodeURIComponent(leaseId)}/renew`,
+      body,
+    ) as Promise<Lease>;
   }
 
   async release(leaseId: string): Promise<void> {
@@ -79,7 +83,9 @@ export class LeaseClient {
     return this.call("GET", "/_fence/v1/leases", undefined, filter) as Promise<{ leases: Lease[] }>;
   }
 
-  audit(query: Record<string, string | undefined>): Promise<{ records: unknown[]; nextCursor: string | null }> {
+  audit(
+    query: Record<string, string | undefined>,
+  ): Promise<{ records: unknown[]; nextCursor: string | null }> {
     return this.call("GET", "/_fence/v1/audit", undefined, query) as Promise<{
       records: unknown[];
       nextCursor: string | null;
@@ -114,7 +120,11 @@ export class LeaseClient {
       .map(([k, v]) => `${awsEncode(k)}=${awsEncode(v)}`)
       .join("&");
     const url = new URL(basePath + path + (search ? `?${search}` : ""), this.base);
-    const res = await fetch(url, { method, headers: signed.headers as Record<string, string>, body: payload });
+    const res = await fetch(url, {
+      method,
+      headers: signed.headers as Record<string, string>,
+      body: payload,
+    });
     const text = await res.text();
     const parsed = text ? safeJson(text) : undefined;
     if (!res.ok) {

@@ -97,7 +97,9 @@ function envOverrides(env: Env): Record<string, unknown> {
   }
   if (env.FENCEGATE_REDIS_URL) set(["leaseStore"], { type: "redis", url: env.FENCEGATE_REDIS_URL });
   if (env.FENCEGATE_REDLOCK_URLS) {
-    const urls = env.FENCEGATE_REDLOCK_URLS.split(",").map((u) => u.trim()).filter(Boolean);
+    const urls = env.FENCEGATE_REDLOCK_URLS.split(",")
+      .map((u) => u.trim())
+      .filter(Boolean);
     set(["leaseStore"], { type: "redlock", urls });
   }
   return out;
@@ -120,7 +122,9 @@ function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Reco
   for (const [k, v] of Object.entries(b)) {
     const prev = out[k];
     out[k] =
-      isPlainObject(prev) && isPlainObject(v) && k !== "backend" && k !== "leaseStore" ? deepMerge(prev, v) : v;
+      isPlainObject(prev) && isPlainObject(v) && k !== "backend" && k !== "leaseStore"
+        ? deepMerge(prev, v)
+        : v;
   }
   return out;
 }

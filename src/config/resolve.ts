@@ -24,12 +24,10 @@ export type Secrets = {
  * directory. Both defaults are refused unless the gateway listens on a loopback address only.
  */
 export function resolveSecrets(config: Config): Secrets {
-  const list = [
-    ...(config.rootCredential ? [config.rootCredential] : []),
-    ...(config.credentials ?? []),
-  ];
+  const list = [...(config.rootCredential ? [config.rootCredential] : []), ...(config.credentials ?? [])];
   const usesDevCredentials = list.length === 0;
-  if (usesDevCredentials) list.push({ accessKeyId: DEV_ACCESS_KEY_ID, secretAccessKey: DEV_SECRET_ACCESS_KEY });
+  if (usesDevCredentials)
+    list.push({ accessKeyId: DEV_ACCESS_KEY_ID, secretAccessKey: DEV_SECRET_ACCESS_KEY });
   const credentials = new Map(list.map((c) => [c.accessKeyId, c.secretAccessKey]));
 
   const configured = config.tokens.keys;

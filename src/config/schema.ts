@@ -38,7 +38,12 @@ export const configSchema = z
         /** Virtual-hosted-style addressing: `<bucket>.<domain>`. */
         domain: z.string().optional(),
         /** Largest request header section accepted, in bytes (S3 allows 8 KiB of user metadata). */
-        maxHeaderBytes: z.number().int().min(1024).max(1 << 20).default(16 * 1024),
+        maxHeaderBytes: z
+          .number()
+          .int()
+          .min(1024)
+          .max(1 << 20)
+          .default(16 * 1024),
       })
       .strict()
       .default({ host: "127.0.0.1", port: 9700, maxHeaderBytes: 16 * 1024 }),
@@ -68,7 +73,9 @@ export const configSchema = z
     backend: z.discriminatedUnion("type", [fsBackend, s3Backend, azureBackend]).default({ type: "fs" }),
     leaseStore: leaseStore.default({ type: "embedded" }),
     log: z
-      .object({ level: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info") })
+      .object({
+        level: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+      })
       .strict()
       .default({ level: "info" }),
   })

@@ -1,6 +1,6 @@
 import { DomainError } from "../core/errors.js";
-import type { LeaseRecord, LeaseStore } from "../leases/lease-store.js";
 import { covers, leaseState } from "../leases/lease-rules.js";
+import type { LeaseRecord, LeaseStore } from "../leases/lease-store.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
 
 /**
@@ -76,7 +76,11 @@ export async function assertLeaseCurrent(input: {
   const { claims, lease, leases, now } = input;
   const details = { token: claims.token, leaseId: claims.leaseId };
   if (!lease) {
-    throw new DomainError("LeaseExpired", "the fencing token's lease has ended and is no longer known", details);
+    throw new DomainError(
+      "LeaseExpired",
+      "the fencing token's lease has ended and is no longer known",
+      details,
+    );
   }
   if (lease.token !== claims.token || lease.bucket !== claims.bucket) {
     // A validly signed token that disagrees with its lease: a key was reused or the store was replaced.

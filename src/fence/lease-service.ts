@@ -60,11 +60,18 @@ export class LeaseService {
   async acquire(req: AcquireRequest, caller: Caller): Promise<LeaseView> {
     this.checkTtl(req.ttlMs);
     if (!Number.isInteger(req.waitMs) || req.waitMs < 0 || req.waitMs > this.opts.limits.maxWaitMs) {
-      throw new DomainError("InvalidRequest", `waitMs must be a whole number from 0 to ${this.opts.limits.maxWaitMs}`);
+      throw new DomainError(
+        "InvalidRequest",
+        `waitMs must be a whole number from 0 to ${this.opts.limits.maxWaitMs}`,
+      );
     }
     const deadline = this.opts.clock() + req.waitMs;
     for (;;) {
-      const result = await this.opts.store.tryAcquire({ resource: req.resource, ttlMs: req.ttlMs, owner: req.owner });
+      const result = await this.opts.store.tryAcquire({
+        resource: req.resource,
+        ttlMs: req.ttlMs,
+        owner: req.owner,
+      });
       if (result.granted) {
         await this.record("LeaseAcquired", result.lease, caller);
         return this.view(result.lease);
@@ -130,7 +137,8 @@ export class LeaseService {
   /** Audits leases that ran out without being released (called periodically). */
   async sweepExpired(): Promise<number> {
     const expired = await this.opts.store.collectExpired();
-    for (const lease of expired) await this.record("LeaseExpired", lease, { principal: null, requestId: null });
+    for (const lease of expired)
+      await this.record("LeaseExpired", lease, { principal: null, requestId: null });
     if (expired.length > 0) this.changes.emit("change");
     return expired.length;
   }
@@ -143,7 +151,13 @@ export class LeaseService {
       owner: lease.owner,
       token: lease.token,
       fencingToken: signFencingToken(
-        { leaseId: lease.leaseId, token: lease.token, bucket: lease.bucket, key: lease.key, prefix: lease.prefix },
+        {
+          leaseId: lease.leaseId,
+          token: lease.token,
+          bucket: lease.bucket,
+          key: lease.key,
+          prefix: lease.prefix,
+        },
         this.opts.keyring.active,
       ),
       ttlMs: lease.ttlMs,

@@ -56,7 +56,8 @@ export function verifyFencingToken(token: string, keyring: Keyring): VerifyResul
   if (parts.length !== 4) return fail("token is malformed");
   const [version, keyId, payload, signature] = parts as [string, string, string, string];
   if (version !== VERSION) return fail("token version is not supported");
-  if (!KEY_ID.test(keyId) || !B64URL.test(payload) || !B64URL.test(signature)) return fail("token is malformed");
+  if (!KEY_ID.test(keyId) || !B64URL.test(payload) || !B64URL.test(signature))
+    return fail("token is malformed");
   const secret = keyring.byId.get(keyId);
   if (!secret) return fail(`token is signed with an unknown key "${keyId}"`);
   const expected = mac(secret, `${version}.${keyId}.${payload}`);
@@ -84,7 +85,12 @@ function parseClaims(payload: string): TokenClaims | null {
   const hasKey = typeof k === "string";
   const hasPrefix = typeof p === "string";
   if (hasKey === hasPrefix) return null;
-  return { leaseId: l, token: t as number, bucket: b, ...(hasKey ? { key: k as string } : { prefix: p as string }) };
+  return {
+    leaseId: l,
+    token: t as number,
+    bucket: b,
+    ...(hasKey ? { key: k as string } : { prefix: p as string }),
+  };
 }
 
 function mac(secret: Buffer, data: string): Buffer {

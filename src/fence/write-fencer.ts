@@ -77,7 +77,12 @@ export class WriteFencer {
   private async recheckLease(auth: AuthorizedWrite): Promise<void> {
     if (!auth.fenced) return;
     const lease = await this.opts.leases.get(auth.claims.leaseId);
-    await assertLeaseCurrent({ claims: auth.claims, lease, leases: this.opts.leases, now: this.opts.clock() });
+    await assertLeaseCurrent({
+      claims: auth.claims,
+      lease,
+      leases: this.opts.leases,
+      now: this.opts.clock(),
+    });
   }
 
   private async refused(ctx: WriteContext, auth: AuthorizedWrite | undefined, err: unknown): Promise<void> {

@@ -1,6 +1,12 @@
 import { DomainError } from "../core/errors.js";
 import type { S3Operation, S3Request } from "./context.js";
-import { createBucket, deleteBucket, getBucketLocation, headBucket, listBuckets } from "./operations/buckets.js";
+import {
+  createBucket,
+  deleteBucket,
+  getBucketLocation,
+  headBucket,
+  listBuckets,
+} from "./operations/buckets.js";
 import { listObjectsV1, listObjectsV2 } from "./operations/list-objects.js";
 import { deleteObject, getObject, headObject, putObject } from "./operations/objects.js";
 

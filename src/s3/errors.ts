@@ -66,7 +66,8 @@ export function toS3Error(err: unknown): S3Error {
   const e = err as { code?: unknown; status?: unknown; message?: unknown; details?: unknown };
   if (typeof e?.code === "string" && typeof e.status === "number" && e.status >= 300 && e.status < 600) {
     // S3's extra elements (StringToSign, CanonicalRequest, ...) help clients debug signatures.
-    const extra = typeof e.details === "object" && e.details !== null ? (e.details as Record<string, string>) : {};
+    const extra =
+      typeof e.details === "object" && e.details !== null ? (e.details as Record<string, string>) : {};
     return new S3Error(e.code, String(e.message ?? e.code), e.status, extra);
   }
   return new S3Error("InternalError", "We encountered an internal error. Please try again.", 500);

@@ -4,6 +4,7 @@ import type { Context } from "hono";
 import { validateObjectKey } from "../backends/key-rules.js";
 import type { Logger } from "../log.js";
 import { addressRequest } from "./addressing.js";
+import { EMPTY_SHA256 } from "./auth/index.js";
 import type { S3Request, S3Response, S3Services } from "./context.js";
 import { selectOperation } from "./dispatch.js";
 import { renderS3Error, type S3Error, toS3Error } from "./errors.js";
@@ -35,7 +36,12 @@ export function s3Handler(opts: S3HandlerOptions) {
     try {
       const addressed = addressRequest(rawPath, incoming.headers.host, opts.domain);
       resource = `/${addressed.bucket ?? ""}${addressed.key !== null ? `/${addressed.key}` : ""}`;
-      const auth = opts.authenticator.authenticate({ method, rawPath, rawQuery, headers: incoming.headers });
+      const auth = opts.authenticator.authenticate({
+        method,
+        rawPath,
+        rawQuery,
+        headers: withImpliedPayloadHash(incoming),
+      });
       if (addressed.key !== null) validateObjectKey(addressed.key);
       const req: S3Request = {
         requestId,
@@ -60,6 +66,19 @@ export function s3Handler(opts: S3HandlerOptions) {
       return errorResponse(s3err, resource, requestId, method);
     }
   };
+}
+
+/**
+ * S3 requires x-amz-content-sha256 on header-signed requests. Generic SigV4 signers (curl
+ * --aws-sigv4) leave it out; for a request without a body the hash can only be that of the
+ * empty string, so such requests are accepted too. Requests with a body still need the header.
+ */
+function withImpliedPayloadHash(incoming: IncomingMessage): IncomingMessage["headers"] {
+  const h = incoming.headers;
+  if (h["x-amz-content-sha256"] !== undefined || h.authorization === undefined) return h;
+  const bodyless =
+    (h["content-length"] === undefined || h["content-length"] === "0") && !h["transfer-encoding"];
+  return bodyless ? { ...h, "x-amz-content-sha256": EMPTY_SHA256 } : h;
 }
 
 function toResponse(res: S3Response, method: string): Response {

@@ -13,7 +13,10 @@ export type RequestAuthenticator = {
   decodeBody(body: Readable, headers: RequestHeaders, auth: AuthResult): DecodedBody;
 };
 
-export function createRequestAuthenticator(opts: { credentials: Credentials; clock: Clock }): RequestAuthenticator {
+export function createRequestAuthenticator(opts: {
+  credentials: Credentials;
+  clock: Clock;
+}): RequestAuthenticator {
   const lookup = (accessKeyId: string) => opts.credentials.get(accessKeyId);
   return {
     authenticate: (req) => authenticateRequest({ ...req, now: opts.clock() }, lookup),

@@ -27,10 +27,12 @@ function renderElement(name: string, value: XmlValue): string {
 }
 
 export function escapeXml(text: string): string {
-  return text.replace(/[&<>"']/g, (c) => ESCAPES[c]!).replace(/[\u0000-\u0008\u000B\u000C\u000E-\u001F]/g, (c) => {
-    // XML 1.0 cannot carry most control characters even escaped; S3 writes them as character references.
-    return `&#x${c.charCodeAt(0).toString(16)};`;
-  });
+  return text
+    .replace(/[&<>"']/g, (c) => ESCAPES[c]!)
+    .replace(/[\u0000-\u0008\u000B\u000C\u000E-\u001F]/g, (c) => {
+      // XML 1.0 cannot carry most control characters even escaped; S3 writes them as character references.
+      return `&#x${c.charCodeAt(0).toString(16)};`;
+    });
 }
 
 const ESCAPES: Record<string, string> = {

@@ -15,7 +15,11 @@ export function installClientErrorHandler(server: Server, log: Logger): void {
     }
     const tooLarge = err.code === "HPE_HEADER_OVERFLOW";
     const s3err = tooLarge
-      ? new S3Error("RequestHeaderSectionTooLarge", "Your request header section exceeds the maximum allowed size.", 400)
+      ? new S3Error(
+          "RequestHeaderSectionTooLarge",
+          "Your request header section exceeds the maximum allowed size.",
+          400,
+        )
       : new S3Error("BadRequest", "The request could not be parsed.", 400);
     const requestId = Math.random().toString(16).slice(2, 18).toUpperCase().padEnd(16, "0");
     const body = renderS3Error(s3err, "/", requestId);

@@ -23,14 +23,22 @@ export async function openComponents(
   ctx: { clock: Clock; gatewayId: string; log: Logger },
 ): Promise<Components> {
   if (config.backend.type !== "fs") {
-    throw new ConfigError(`backend.type: the ${config.backend.type} backend is not available in this version`);
+    throw new ConfigError(
+      `backend.type: the ${config.backend.type} backend is not available in this version`,
+    );
   }
   if (config.leaseStore.type !== "embedded") {
-    throw new ConfigError(`leaseStore.type: the ${config.leaseStore.type} lease store is not available in this version`);
+    throw new ConfigError(
+      `leaseStore.type: the ${config.leaseStore.type} lease store is not available in this version`,
+    );
   }
   const db: EmbeddedDb = openEmbeddedDb({ dataDir: config.dataDir });
   try {
-    const backend = await createFsBackend({ dataDir: config.backend.root ?? config.dataDir, db, clock: ctx.clock });
+    const backend = await createFsBackend({
+      dataDir: config.backend.root ?? config.dataDir,
+      db,
+      clock: ctx.clock,
+    });
     const leaseStore = createEmbeddedLeaseStore({ db, clock: ctx.clock });
     const audit = createEmbeddedAuditLog({ db, gatewayId: ctx.gatewayId, clock: ctx.clock });
     return {
@@ -49,4 +57,3 @@ export async function openComponents(
     throw e;
   }
 }
-

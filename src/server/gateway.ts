@@ -5,13 +5,13 @@ import { createAdaptorServer } from "@hono/node-server";
 import { Hono } from "hono";
 import { API_BASE, leaseApi } from "../api/lease-api.js";
 import { apiAuthenticator } from "../api/request-auth.js";
-import type { Config } from "../config/schema.js";
 import { resolveSecrets } from "../config/resolve.js";
+import type { Config } from "../config/schema.js";
 import { type Clock, systemClock } from "../core/clock.js";
 import { LeaseService } from "../fence/lease-service.js";
 import { WriteFencer } from "../fence/write-fencer.js";
 import { createLogger, type Logger } from "../log.js";
-import { s3Handler, type S3Env } from "../s3/handler.js";
+import { type S3Env, s3Handler } from "../s3/handler.js";
 import { createRequestAuthenticator } from "../s3/request-auth.js";
 import { installClientErrorHandler } from "./client-errors.js";
 import { openComponents } from "./components.js";
@@ -89,7 +89,11 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
 
   const server = createAdaptorServer({
     fetch: app.fetch,
-    serverOptions: { maxHeaderSize: config.server.maxHeaderBytes, requestTimeout: 0, keepAliveTimeout: 5_000 },
+    serverOptions: {
+      maxHeaderSize: config.server.maxHeaderBytes,
+      requestTimeout: 0,
+      keepAliveTimeout: 5_000,
+    },
   }) as Server;
   installClientErrorHandler(server, log);
   await new Promise<void>((resolve, reject) => {
@@ -121,7 +125,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     })();
     return closing;
   };
-  log.info({ url, backend: backend.kind, leaseStore: leaseStore.kind, dataDir: config.dataDir }, "fencegate listening");
+  log.info(
+    { url, backend: backend.kind, leaseStore: leaseStore.kind, dataDir: config.dataDir },
+    "fencegate listening",
+  );
   return { url, host, port, gatewayId, server, close };
 }
 

@@ -18,11 +18,21 @@ export function tempDir(prefix = "fencegate-test-"): { path: string; cleanup(): 
   return { path, cleanup: () => rmSync(path, { recursive: true, force: true }) };
 }
 
-export type TestGateway = Gateway & { dataDir: string; s3(config?: Partial<S3ClientConfig>): S3Client; leases: LeaseClient; stop(): Promise<void> };
+export type TestGateway = Gateway & {
+  dataDir: string;
+  s3(config?: Partial<S3ClientConfig>): S3Client;
+  leases: LeaseClient;
+  stop(): Promise<void>;
+};
 
 /** A gateway in this process on 127.0.0.1:0 with its own data directory. */
 export async function startTestGateway(
-  opts: { env?: Record<string, string>; overrides?: Record<string, unknown>; clock?: Clock; dataDir?: string } = {},
+  opts: {
+    env?: Record<string, string>;
+    overrides?: Record<string, unknown>;
+    clock?: Clock;
+    dataDir?: string;
+  } = {},
 ): Promise<TestGateway> {
   const dir = opts.dataDir ? null : tempDir();
   const dataDir = opts.dataDir ?? dir!.path;
@@ -30,7 +40,10 @@ export async function startTestGateway(
     { FENCEGATE_PORT: "0", FENCEGATE_DATA_DIR: dataDir, ...opts.env },
     opts.overrides ?? {},
   );
-  const gw = await startGateway(config, { clock: opts.clock, log: createLogger(process.env.TEST_LOG_LEVEL ?? "silent") });
+  const gw = await startGateway(config, {
+    clock: opts.clock,
+    log: createLogger(process.env.TEST_LOG_LEVEL ?? "silent"),
+  });
   return Object.assign(gw, {
     dataDir,
     s3: (extra: Partial<S3ClientConfig> = {}) => s3Client(gw.url, extra),
@@ -61,7 +74,10 @@ export type GatewayProcess = {
 };
 
 /** A gateway in its own process (for SIGSTOP, kill -9 and restarts). */
-export async function spawnGateway(dataDir: string, env: Record<string, string> = {}): Promise<GatewayProcess> {
+export async function spawnGateway(
+  dataDir: string,
+  env: Record<string, string> = {},
+): Promise<GatewayProcess> {
   const child = spawn(process.execPath, ["--import", "tsx", join(ROOT, "src/cli/main.ts"), "serve"], {
     cwd: ROOT,
     env: {

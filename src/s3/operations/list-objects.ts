@@ -100,7 +100,8 @@ function maxKeysOf(req: S3Request): number {
 function encoder(req: S3Request): (s: string) => string {
   const type = req.query.get("encoding-type");
   if (type === null) return (s) => s;
-  if (type !== "url") throw new DomainError("InvalidArgument", "Invalid Encoding Method specified in Request");
+  if (type !== "url")
+    throw new DomainError("InvalidArgument", "Invalid Encoding Method specified in Request");
   // S3's url encoding keeps "/" readable, like its own listings.
   return (s) => encodeURIComponent(s).replace(/%2F/g, "/");
 }
