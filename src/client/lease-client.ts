@@ -40,7 +40,7 @@ export class LeaseClient {
   private readonly signer: SignatureV4;
   private readonly base: URL;
 
-  constructor(private readonly opts: LeaseClientOptions) {
+  constructor(opts: LeaseClientOptions) {
     this.base = new URL(opts.endpoint);
     this.signer = new SignatureV4({
       service: "s3",
