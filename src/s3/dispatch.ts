@@ -7,8 +7,19 @@ import {
   headBucket,
   listBuckets,
 } from "./operations/buckets.js";
+import { copyObject } from "./operations/copy-object.js";
+import { deleteObjects } from "./operations/delete-objects.js";
 import { listObjectsV1, listObjectsV2 } from "./operations/list-objects.js";
+import { listObjectVersions } from "./operations/list-versions.js";
 import { deleteObject, getObject, headObject, putObject } from "./operations/objects.js";
+import {
+  getBucketAcl,
+  getBucketVersioning,
+  getObjectAcl,
+  getObjectTagging,
+  NOT_CONFIGURED_SUBRESOURCES,
+  notConfigured,
+} from "./operations/unconfigured.js";
 
 /** Sub-resources S3 defines that this gateway does not serve: answered with NotImplemented. */
 const UNSUPPORTED_BUCKET_SUBRESOURCES = [
@@ -45,18 +56,30 @@ export function selectOperation(req: S3Request): { name: string; run: S3Operatio
   if (key === null) {
     if (m === "GET") {
       if (query.has("location")) return { name: "GetBucketLocation", run: getBucketLocation };
+      if (query.has("versions")) return { name: "ListObjectVersions", run: listObjectVersions };
+      if (query.has("versioning")) return { name: "GetBucketVersioning", run: getBucketVersioning };
+      if (query.has("acl")) return { name: "GetBucketAcl", run: getBucketAcl };
+      for (const sub of NOT_CONFIGURED_SUBRESOURCES) {
+        if (query.has(sub)) return { name: `GetBucket.${sub}`, run: notConfigured(sub)! };
+      }
       rejectUnsupported(query);
       if (query.get("list-type") === "2") return { name: "ListObjectsV2", run: listObjectsV2 };
       return { name: "ListObjects", run: listObjectsV1 };
     }
     rejectUnsupported(query);
+    if (m === "POST" && query.has("delete")) return { name: "DeleteObjects", run: deleteObjects };
     if (m === "PUT") return { name: "CreateBucket", run: createBucket };
     if (m === "HEAD") return { name: "HeadBucket", run: headBucket };
     if (m === "DELETE") return { name: "DeleteBucket", run: deleteBucket };
     throw methodNotAllowed();
   }
+  if (m === "GET" && query.has("acl")) return { name: "GetObjectAcl", run: getObjectAcl };
+  if (m === "GET" && query.has("tagging")) return { name: "GetObjectTagging", run: getObjectTagging };
   rejectUnsupported(query, ["acl", "tagging", "retention", "legal-hold", "torrent", "restore", "select"]);
-  if (m === "PUT") return { name: "PutObject", run: putObject };
+  if (m === "PUT") {
+    if (req.headers["x-amz-copy-source"] !== undefined) return { name: "CopyObject", run: copyObject };
+    return { name: "PutObject", run: putObject };
+  }
   if (m === "GET") return { name: "GetObject", run: getObject };
   if (m === "HEAD") return { name: "HeadObject", run: headObject };
   if (m === "DELETE") return { name: "DeleteObject", run: deleteObject };

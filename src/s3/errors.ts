@@ -26,6 +26,12 @@ const STATUS: Record<string, number> = {
   NoSuchKey: 404,
   NoSuchUpload: 404,
   NoSuchLifecycleConfiguration: 404,
+  NoSuchBucketPolicy: 404,
+  NoSuchCORSConfiguration: 404,
+  NoSuchTagSet: 404,
+  NoSuchWebsiteConfiguration: 404,
+  NoSuchVersion: 404,
+  ServerSideEncryptionConfigurationNotFoundError: 404,
   MethodNotAllowed: 405,
   BucketNotEmpty: 409,
   BucketAlreadyOwnedByYou: 409,
@@ -57,7 +63,9 @@ export function toS3Error(err: unknown): S3Error {
   if (err instanceof S3Error) return err;
   if (isDomainError(err)) {
     const s3Code = err.details.s3Code;
-    const code = typeof s3Code === "string" ? s3Code : (S3_CODE[err.code] ?? err.code);
+    const tooLong = err.code === "InvalidObjectName" && err.details.reason === "too-long";
+    const code =
+      typeof s3Code === "string" ? s3Code : tooLong ? "KeyTooLongError" : (S3_CODE[err.code] ?? err.code);
     const highest = err.details.highestToken;
     return new S3Error(code, err.message, statusFor(code), {
       HighestToken: typeof highest === "number" ? highest : undefined,

@@ -39,7 +39,8 @@ export function metadataFromHeaders(headers: IncomingHttpHeaders): ObjectMetadat
     const short = name.slice(META_PREFIX.length);
     const v = single(value) ?? "";
     userMetadata[short] = v;
-    bytes += Buffer.byteLength(short) + Buffer.byteLength(v);
+    // Header values arrive as latin1 strings: one character per byte on the wire.
+    bytes += Buffer.byteLength(short, "latin1") + Buffer.byteLength(v, "latin1");
   }
   if (bytes > MAX_USER_METADATA_BYTES) {
     throw new DomainError(

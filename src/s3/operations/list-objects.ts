@@ -9,7 +9,7 @@ const MAX_KEYS = 1000;
 export const listObjectsV2: S3Operation = async (req, { backend }) => {
   const bucket = bucketOf(req);
   const q = req.query;
-  const encode = encoder(req);
+  const encode = encoderFor(req);
   const continuation = q.get("continuation-token");
   const startAfter = q.get("start-after") ?? undefined;
   const prefix = q.get("prefix") ?? "";
@@ -46,7 +46,7 @@ export const listObjectsV2: S3Operation = async (req, { backend }) => {
 export const listObjectsV1: S3Operation = async (req, { backend }) => {
   const bucket = bucketOf(req);
   const q = req.query;
-  const encode = encoder(req);
+  const encode = encoderFor(req);
   const marker = q.get("marker") ?? "";
   const prefix = q.get("prefix") ?? "";
   const delimiter = q.get("delimiter") || undefined;
@@ -88,7 +88,7 @@ function contents(o: ListEntry, encode: (s: string) => string, owner?: XmlNode):
   };
 }
 
-function maxKeysOf(req: S3Request): number {
+export function maxKeysOf(req: S3Request): number {
   const raw = req.query.get("max-keys");
   if (raw === null || raw === "") return MAX_KEYS;
   if (!/^\d+$/.test(raw)) {
@@ -97,7 +97,7 @@ function maxKeysOf(req: S3Request): number {
   return Math.min(Number(raw), MAX_KEYS);
 }
 
-function encoder(req: S3Request): (s: string) => string {
+export function encoderFor(req: S3Request): (s: string) => string {
   const type = req.query.get("encoding-type");
   if (type === null) return (s) => s;
   if (type !== "url")

@@ -1,0 +1,69 @@
+import { DomainError } from "../../core/errors.js";
+import type { S3Operation } from "../context.js";
+import { bucketOf, ownerOf } from "./buckets.js";
+import { objectTarget } from "./objects.js";
+
+/**
+ * Read-only answers for bucket and object settings fencegate does not manage. Tools ask for
+ * them (sync, info, ls); they get what S3 says for a bucket where nothing was ever configured.
+ */
+
+export const getBucketVersioning: S3Operation = async (req, { backend }) => {
+  await backend.headBucket(bucketOf(req));
+  return { status: 200, xml: { root: "VersioningConfiguration", body: {} } };
+};
+
+const fullControlAcl = (principal: string) => {
+  const owner = ownerOf(principal);
+  return {
+    Owner: owner,
+    AccessControlList: {
+      Grant: {
+        Grantee: { ID: owner.ID, DisplayName: owner.DisplayName },
+        Permission: "FULL_CONTROL",
+      },
+    },
+  };
+};
+
+export const getBucketAcl: S3Operation = async (req, { backend }) => {
+  await backend.headBucket(bucketOf(req));
+  return { status: 200, xml: { root: "AccessControlPolicy", body: fullControlAcl(req.principal) } };
+};
+
+export const getObjectAcl: S3Operation = async (req, { backend }) => {
+  const { bucket, key } = objectTarget(req);
+  await backend.headObject(bucket, key);
+  return { status: 200, xml: { root: "AccessControlPolicy", body: fullControlAcl(req.principal) } };
+};
+
+export const getObjectTagging: S3Operation = async (req, { backend }) => {
+  const { bucket, key } = objectTarget(req);
+  await backend.headObject(bucket, key);
+  return { status: 200, xml: { root: "Tagging", body: { TagSet: {} } } };
+};
+
+/** Settings that are never configured: S3's "not found" answer for each. */
+const NOT_CONFIGURED: Record<string, [code: string, message: string]> = {
+  policy: ["NoSuchBucketPolicy", "The bucket policy does not exist"],
+  cors: ["NoSuchCORSConfiguration", "The CORS configuration does not exist"],
+  lifecycle: ["NoSuchLifecycleConfiguration", "The lifecycle configuration does not exist"],
+  tagging: ["NoSuchTagSet", "The TagSet does not exist"],
+  website: ["NoSuchWebsiteConfiguration", "The specified bucket does not have a website configuration"],
+  encryption: [
+    "ServerSideEncryptionConfigurationNotFoundError",
+    "The server side encryption configuration was not found",
+  ],
+};
+
+export function notConfigured(subresource: string): S3Operation | undefined {
+  const entry = NOT_CONFIGURED[subresource];
+  if (!entry) return undefined;
+  const [code, message] = entry;
+  return async (req, { backend }) => {
+    await backend.headBucket(bucketOf(req));
+    throw new DomainError("NotImplemented", message, { s3Code: code });
+  };
+}
+
+export const NOT_CONFIGURED_SUBRESOURCES = Object.keys(NOT_CONFIGURED);
