@@ -1,4 +1,5 @@
 import type { Readable } from "node:stream";
+import type { MultipartStore } from "./multipart.js";
 
 /**
  * The contract every storage backend (fs, s3, azure) fulfils. Bytes stream through;
@@ -114,6 +115,8 @@ export type GetObjectResult = {
 
 export interface StorageBackend {
   readonly kind: string;
+  /** Multipart uploads (src/backends/multipart.ts); absent when the backend has none. */
+  readonly multipart?: MultipartStore;
 
   listBuckets(): Promise<BucketInfo[]>;
   createBucket(bucket: string): Promise<void>; // BucketAlreadyOwnedByYou when it exists

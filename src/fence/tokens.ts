@@ -51,7 +51,9 @@ export function signFencingToken(claims: TokenClaims, key: SigningKey): string {
 }
 
 export function verifyFencingToken(token: string, keyring: Keyring): VerifyResult {
-  if (token.length === 0 || token.length > MAX_TOKEN_LENGTH) return fail("token is empty or too long");
+  if (typeof token !== "string" || token.length === 0 || token.length > MAX_TOKEN_LENGTH) {
+    return fail("token is empty or too long");
+  }
   const parts = token.split(".");
   if (parts.length !== 4) return fail("token is malformed");
   const [version, keyId, payload, signature] = parts as [string, string, string, string];
@@ -60,9 +62,11 @@ export function verifyFencingToken(token: string, keyring: Keyring): VerifyResul
     return fail("token is malformed");
   const secret = keyring.byId.get(keyId);
   if (!secret) return fail(`token is signed with an unknown key "${keyId}"`);
-  const expected = mac(secret, `${version}.${keyId}.${payload}`);
-  const given = Buffer.from(signature, "base64url");
-  // Compare in constant time; a length mismatch is already a failure and leaks nothing useful.
+  // Compare the canonical base64url text, not the decoded bytes: decoding ignores the unused
+  // low bits of the last character, so several strings would carry the same MAC and a changed
+  // token would still verify. Constant time; a length mismatch leaks nothing useful.
+  const expected = Buffer.from(mac(secret, `${version}.${keyId}.${payload}`).toString("base64url"));
+  const given = Buffer.from(signature);
   if (given.length !== expected.length || !timingSafeEqual(given, expected)) {
     return fail("token signature does not match");
   }

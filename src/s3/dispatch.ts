@@ -11,6 +11,7 @@ import { copyObject } from "./operations/copy-object.js";
 import { deleteObjects } from "./operations/delete-objects.js";
 import { listObjectsV1, listObjectsV2 } from "./operations/list-objects.js";
 import { listObjectVersions } from "./operations/list-versions.js";
+import { selectMultipartOperation } from "./operations/multipart.js";
 import { deleteObject, getObject, headObject, putObject } from "./operations/objects.js";
 import {
   getBucketAcl,
@@ -53,6 +54,8 @@ export function selectOperation(req: S3Request): { name: string; run: S3Operatio
     if (m === "GET") return { name: "ListBuckets", run: listBuckets };
     throw methodNotAllowed();
   }
+  const multipart = selectMultipartOperation(req);
+  if (multipart) return multipart;
   if (key === null) {
     if (m === "GET") {
       if (query.has("location")) return { name: "GetBucketLocation", run: getBucketLocation };

@@ -1,6 +1,7 @@
 /**
  * S3 response XML. Handlers return plain objects; this one serializer writes them.
- * A value that is an array repeats its element; undefined/null values are left out.
+ * A value that is an array repeats its element; undefined/null values are left out; a key
+ * starting with "@" is an attribute of the element holding it (`{"@xsi:type": "CanonicalUser"}`).
  */
 export type XmlValue = string | number | boolean | Date | null | undefined | XmlNode | XmlValue[];
 export type XmlNode = { [element: string]: XmlValue };
@@ -14,7 +15,19 @@ export function renderXml(root: string, body: XmlNode, { namespace = true } = {}
 
 function renderChildren(node: XmlNode): string {
   let out = "";
-  for (const [name, value] of Object.entries(node)) out += renderElement(name, value);
+  for (const [name, value] of Object.entries(node)) {
+    if (!name.startsWith("@")) out += renderElement(name, value);
+  }
+  return out;
+}
+
+function renderAttributes(node: XmlNode): string {
+  let out = "";
+  for (const [name, value] of Object.entries(node)) {
+    if (name.startsWith("@") && value !== undefined && value !== null) {
+      out += ` ${name.slice(1)}="${escapeXml(String(value))}"`;
+    }
+  }
   return out;
 }
 
@@ -22,7 +35,8 @@ function renderElement(name: string, value: XmlValue): string {
   if (value === undefined || value === null) return "";
   if (Array.isArray(value)) return value.map((v) => renderElement(name, v)).join("");
   if (value instanceof Date) return `<${name}>${value.toISOString()}</${name}>`;
-  if (typeof value === "object") return `<${name}>${renderChildren(value)}</${name}>`;
+  if (typeof value === "object")
+    return `<${name}${renderAttributes(value)}>${renderChildren(value)}</${name}>`;
   return `<${name}>${escapeXml(String(value))}</${name}>`;
 }
 

@@ -175,7 +175,7 @@ describe("fs backend", () => {
       .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
       .all()
       .map((row) => (row as { name: string }).name);
-    expect(tables.sort()).toEqual(["fs_buckets", "fs_objects"]);
+    expect(tables.sort()).toEqual(["fs_buckets", "fs_objects", "fs_parts", "fs_uploads"]);
   });
 
   it("lists from the covering live-object index, so tombstones cost nothing", async () => {

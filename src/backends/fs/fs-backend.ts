@@ -21,6 +21,8 @@ import type {
 } from "../storage-backend.js";
 import { BlobStore } from "./blob-store.js";
 import { FsMetadataStore, type LiveRow } from "./metadata-store.js";
+import { FsMultipartMetadata } from "./multipart-metadata.js";
+import { FsMultipartStore } from "./multipart-store.js";
 import { type RangeRequest, resolveRange } from "./range.js";
 
 export type FsBackendOptions = {
@@ -29,7 +31,14 @@ export type FsBackendOptions = {
   /** The shared embedded database (owned by the caller; close() leaves it open). */
   db: EmbeddedDb;
   clock?: Clock;
+  /** Multipart uploads initiated longer ago than this are aborted by a periodic sweep. Default 24 h. */
+  multipartMaxAgeMs?: number;
+  /** How often that sweep runs. Default 10 minutes; 0 runs none (sweepAbandoned() still works). */
+  multipartSweepIntervalMs?: number;
 };
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+const DEFAULT_MULTIPART_SWEEP_MS = 10 * 60 * 1000;
 
 /**
  * Opens the filesystem backend: creates its tables and directories, then removes crash
@@ -37,9 +46,20 @@ export type FsBackendOptions = {
  */
 export async function createFsBackend(options: FsBackendOptions): Promise<FsBackend> {
   const metadata = new FsMetadataStore(options.db);
+  const uploads = new FsMultipartMetadata(options.db, metadata);
   const blobs = await BlobStore.open(join(options.dataDir, "blobs"));
-  await blobs.sweep((id) => metadata.isBlobReferenced(id));
-  return new FsBackend(metadata, blobs, options.clock ?? systemClock);
+  // Part blobs of live uploads are referenced too: an upload survives restarts.
+  await blobs.sweep((id) => metadata.isBlobReferenced(id) || uploads.isBlobReferenced(id));
+  const clock = options.clock ?? systemClock;
+  let backend: FsBackend | undefined;
+  const multipart = new FsMultipartStore(uploads, metadata, blobs, {
+    clock,
+    maxAgeMs: options.multipartMaxAgeMs ?? DAY_MS,
+    assertOpen: () => backend!.assertOpen(),
+  });
+  backend = new FsBackend(metadata, blobs, clock, multipart);
+  backend.startMultipartSweep(options.multipartSweepIntervalMs ?? DEFAULT_MULTIPART_SWEEP_MS);
+  return backend;
 }
 
 // A GET retries when an overwrite unlinks the blob between reading the row and opening the
@@ -55,12 +75,24 @@ const MAX_READ_ATTEMPTS = 100;
 export class FsBackend implements StorageBackend {
   readonly kind = "fs";
   private closed = false;
+  private multipartSweep: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly metadata: FsMetadataStore,
     private readonly blobs: BlobStore,
     private readonly clock: Clock,
+    readonly multipart: FsMultipartStore,
   ) {}
+
+  /** Aborts abandoned multipart uploads every `intervalMs` (0: never). */
+  startMultipartSweep(intervalMs: number): void {
+    if (intervalMs <= 0 || this.multipartSweep) return;
+    this.multipartSweep = setInterval(() => {
+      // A failed sweep leaves the uploads for the next one; nothing else depends on it.
+      if (!this.closed) this.multipart.sweepAbandoned().catch(() => undefined);
+    }, intervalMs);
+    this.multipartSweep.unref();
+  }
 
   async listBuckets(): Promise<BucketInfo[]> {
     this.assertOpen();
@@ -191,9 +223,10 @@ export class FsBackend implements StorageBackend {
 
   async close(): Promise<void> {
     this.closed = true;
+    clearInterval(this.multipartSweep);
   }
 
-  private assertOpen(): void {
+  assertOpen(): void {
     if (this.closed) throw new DomainError("ServiceUnavailable", "the fs backend is closed");
   }
 }

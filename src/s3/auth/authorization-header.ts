@@ -10,6 +10,8 @@ export const SIGV4_ALGORITHM = "AWS4-HMAC-SHA256";
 
 export type ParsedAuthorization = ParsedCredential & { signedHeaders: string[]; signature: string };
 
+const COMPONENTS: ReadonlySet<string> = new Set(["Credential", "SignedHeaders", "Signature"]);
+
 const malformed = (why: string) =>
   new S3RequestError("AuthorizationHeaderMalformed", HEADER_STYLE.prefix + why);
 
@@ -34,6 +36,8 @@ export function parseAuthorizationHeader(value: string): ParsedAuthorization {
     const eq = item.indexOf("=");
     if (eq <= 0) throw malformed(`the authorization component "${item}" is malformed.`);
     const name = item.slice(0, eq);
+    // Only the three SigV4 components exist; anything else is not a header we can vouch for.
+    if (!COMPONENTS.has(name)) throw malformed(`the authorization component "${name}" is not recognized.`);
     if (fields.has(name)) throw malformed(`the authorization component "${name}" is repeated.`);
     fields.set(name, item.slice(eq + 1));
   }

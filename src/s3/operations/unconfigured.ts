@@ -19,7 +19,13 @@ const fullControlAcl = (principal: string) => {
     Owner: owner,
     AccessControlList: {
       Grant: {
-        Grantee: { ID: owner.ID, DisplayName: owner.DisplayName },
+        // s3cmd (info, setacl) and boto read the grantee's type from xsi:type, as S3 sends it.
+        Grantee: {
+          "@xmlns:xsi": "http://www.w3.org/2001/XMLSchema-instance",
+          "@xsi:type": "CanonicalUser",
+          ID: owner.ID,
+          DisplayName: owner.DisplayName,
+        },
         Permission: "FULL_CONTROL",
       },
     },

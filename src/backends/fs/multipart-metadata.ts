@@ -1,0 +1,311 @@
+import { DomainError } from "../../core/errors.js";
+import type { EmbeddedDb } from "../../embedded/db.js";
+import type { SeekFrom } from "../list-helper.js";
+import { assertUploadFence, type MultipartUpload, type UploadRef } from "../multipart.js";
+import type { ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
+import type { CommitResult, FsMetadataStore } from "./metadata-store.js";
+
+/**
+ * Multipart upload and part rows of the fs backend (tables `fs_uploads`, `fs_parts`) in the
+ * shared SQLite database. Like FsMetadataStore, every method is synchronous, so each check
+ * and the change it guards are one step; the completion's transaction wraps the object
+ * commit of FsMetadataStore (a nested transaction, i.e. a savepoint) so that the HCT check,
+ * the object row and the removal of the upload commit together or not at all.
+ */
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS fs_uploads (
+  upload_id TEXT PRIMARY KEY,
+  bucket TEXT NOT NULL,
+  key TEXT NOT NULL,
+  metadata TEXT NOT NULL,
+  token INTEGER,
+  lease_id TEXT,
+  initiator TEXT,
+  initiated INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Upload ids start with the initiation time, so this order is S3's: by key, then by initiation.
+CREATE UNIQUE INDEX IF NOT EXISTS fs_uploads_listing ON fs_uploads (bucket, key, upload_id);
+CREATE INDEX IF NOT EXISTS fs_uploads_age ON fs_uploads (initiated);
+
+CREATE TABLE IF NOT EXISTS fs_parts (
+  upload_id TEXT NOT NULL,
+  part_number INTEGER NOT NULL,
+  blob TEXT NOT NULL,
+  size INTEGER NOT NULL,
+  md5 TEXT NOT NULL,
+  last_modified INTEGER NOT NULL,
+  PRIMARY KEY (upload_id, part_number)
+) WITHOUT ROWID;
+
+-- The startup sweep asks, for each blob file, whether a live upload's part references it.
+CREATE UNIQUE INDEX IF NOT EXISTS fs_parts_blob ON fs_parts (blob);
+`;
+
+export type UploadRow = {
+  upload_id: string;
+  bucket: string;
+  key: string;
+  metadata: string;
+  token: number | null;
+  lease_id: string | null;
+  initiator: string | null;
+  initiated: number;
+};
+
+export type PartRow = {
+  upload_id: string;
+  part_number: number;
+  blob: string;
+  size: number;
+  md5: string;
+  last_modified: number;
+};
+
+export type NewUpload = {
+  uploadId: string;
+  bucket: string;
+  key: string;
+  metadata: ObjectMetadata;
+  fence: WriteFence;
+  leaseId: string | null;
+  initiator: string | null;
+  initiated: number;
+};
+
+export type NewPart = {
+  ref: UploadRef;
+  fence: WriteFence;
+  partNumber: number;
+  blob: string;
+  size: number;
+  md5: string;
+  lastModified: number;
+};
+
+export type CompleteCommit = {
+  ref: UploadRef;
+  fence: WriteFence;
+  /** The part blobs the object was assembled from; none may have changed since. */
+  used: ReadonlyArray<{ partNumber: number; blob: string }>;
+  blob: string;
+  size: number;
+  etag: string;
+  lastModified: number;
+  metadata: ObjectMetadata;
+  conditions?: WriteConditions;
+};
+
+export class FsMultipartMetadata {
+  private readonly stmts;
+  private readonly insertUploadTx: (upload: NewUpload) => number | null;
+  private readonly recordPartTx: (part: NewPart) => {
+    replacedBlob: string | null;
+    highestToken: number | null;
+  };
+  private readonly completeTx: (input: CompleteCommit) => CommitResult & { partBlobs: string[] };
+  private readonly removeTx: (ref: UploadRef) => string[];
+  private readonly removeByIdTx: (uploadId: string) => string[];
+
+  constructor(
+    db: EmbeddedDb,
+    private readonly objects: FsMetadataStore,
+  ) {
+    db.exec(SCHEMA);
+    this.stmts = {
+      upload: db.prepare<[string], UploadRow>("SELECT * FROM fs_uploads WHERE upload_id = ?"),
+      insertUpload: db.prepare(
+        `INSERT INTO fs_uploads (upload_id, bucket, key, metadata, token, lease_id, initiator, initiated)
+         VALUES (@uploadId, @bucket, @key, @metadata, @token, @leaseId, @initiator, @initiated)`,
+      ),
+      deleteUpload: db.prepare("DELETE FROM fs_uploads WHERE upload_id = ?"),
+      part: db.prepare<[string, number], PartRow>(
+        "SELECT * FROM fs_parts WHERE upload_id = ? AND part_number = ?",
+      ),
+      parts: db.prepare<[string], PartRow>("SELECT * FROM fs_parts WHERE upload_id = ? ORDER BY part_number"),
+      partsAfter: db.prepare<[string, number, number], PartRow>(
+        "SELECT * FROM fs_parts WHERE upload_id = ? AND part_number > ? ORDER BY part_number LIMIT ?",
+      ),
+      upsertPart: db.prepare(
+        `INSERT INTO fs_parts (upload_id, part_number, blob, size, md5, last_modified)
+         VALUES (@uploadId, @partNumber, @blob, @size, @md5, @lastModified)
+         ON CONFLICT (upload_id, part_number) DO UPDATE SET blob = excluded.blob, size = excluded.size,
+           md5 = excluded.md5, last_modified = excluded.last_modified`,
+      ),
+      deleteParts: db.prepare("DELETE FROM fs_parts WHERE upload_id = ?"),
+      blobReferenced: db.prepare<[string], { one: number }>("SELECT 1 AS one FROM fs_parts WHERE blob = ?"),
+      uploadsFrom: db.prepare<[string, string], UploadRow>(
+        "SELECT * FROM fs_uploads WHERE bucket = ? AND key >= ? ORDER BY key, upload_id",
+      ),
+      uploadsAfterKey: db.prepare<[string, string], UploadRow>(
+        "SELECT * FROM fs_uploads WHERE bucket = ? AND key > ? ORDER BY key, upload_id",
+      ),
+      uploadsAfterUpload: db.prepare<[string, string, string], UploadRow>(
+        "SELECT * FROM fs_uploads WHERE bucket = ? AND (key, upload_id) > (?, ?) ORDER BY key, upload_id",
+      ),
+      initiatedBefore: db.prepare<[number, number], { upload_id: string }>(
+        "SELECT upload_id FROM fs_uploads WHERE initiated < ? ORDER BY initiated LIMIT ?",
+      ),
+    };
+
+    this.insertUploadTx = db.transaction((upload: NewUpload) => {
+      // Creating an upload changes nothing visible, so it checks the HCT without raising it.
+      const row = this.objects.checkWrite(upload.bucket, upload.key, upload.fence);
+      this.stmts.insertUpload.run({
+        uploadId: upload.uploadId,
+        bucket: upload.bucket,
+        key: upload.key,
+        metadata: JSON.stringify(upload.metadata),
+        token: upload.fence?.token ?? null,
+        leaseId: upload.leaseId,
+        initiator: upload.initiator,
+        initiated: upload.initiated,
+      });
+      return row?.hct ?? null;
+    });
+
+    this.recordPartTx = db.transaction((part: NewPart) => {
+      const upload = this.requireUpload(part.ref);
+      assertUploadFence(toUpload(upload), part.fence);
+      const replaced = this.stmts.part.get(upload.upload_id, part.partNumber);
+      this.stmts.upsertPart.run({
+        uploadId: upload.upload_id,
+        partNumber: part.partNumber,
+        blob: part.blob,
+        size: part.size,
+        md5: part.md5,
+        lastModified: part.lastModified,
+      });
+      return {
+        replacedBlob: replaced?.blob ?? null,
+        highestToken: this.objects.highestToken(upload.bucket, upload.key),
+      };
+    });
+
+    this.completeTx = db.transaction((input: CompleteCommit) => {
+      const upload = this.requireUpload(input.ref);
+      assertUploadFence(toUpload(upload), input.fence);
+      for (const used of input.used) {
+        if (this.stmts.part.get(upload.upload_id, used.partNumber)?.blob !== used.blob) {
+          throw new DomainError(
+            "InvalidPart",
+            `part ${used.partNumber} was replaced while the upload was being completed`,
+            { partNumber: used.partNumber },
+          );
+        }
+      }
+      const committed = this.objects.commitPut({
+        bucket: upload.bucket,
+        key: upload.key,
+        blob: input.blob,
+        size: input.size,
+        etag: input.etag,
+        lastModified: input.lastModified,
+        metadata: input.metadata,
+        fence: input.fence,
+        ...(input.conditions ? { conditions: input.conditions } : {}),
+      });
+      return { ...committed, partBlobs: this.removeRows(upload.upload_id) };
+    });
+
+    this.removeTx = db.transaction((ref: UploadRef) => this.removeRows(this.requireUpload(ref).upload_id));
+    this.removeByIdTx = db.transaction((uploadId: string) =>
+      this.stmts.upload.get(uploadId) ? this.removeRows(uploadId) : [],
+    );
+  }
+
+  /** Returns the object's HCT (unchanged). NoSuchBucket, StaleTokenError. */
+  insertUpload(upload: NewUpload): number | null {
+    return this.insertUploadTx(upload);
+  }
+
+  /** The upload's row; NoSuchUpload when it is unknown or addressed with another bucket or key. */
+  requireUpload(ref: UploadRef): UploadRow {
+    const row = this.stmts.upload.get(ref.uploadId);
+    if (!row || row.bucket !== ref.bucket || row.key !== ref.key) {
+      throw new DomainError(
+        "NoSuchUpload",
+        "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+        { uploadId: ref.uploadId },
+      );
+    }
+    return row;
+  }
+
+  /** Records a part; returns the blob of the part it replaced (the caller unlinks it). */
+  recordPart(part: NewPart): { replacedBlob: string | null; highestToken: number | null } {
+    return this.recordPartTx(part);
+  }
+
+  parts(uploadId: string): PartRow[] {
+    return this.stmts.parts.all(uploadId);
+  }
+
+  partsAfter(uploadId: string, after: number, limit: number): PartRow[] {
+    return this.stmts.partsAfter.all(uploadId, after, limit);
+  }
+
+  /**
+   * The atomic end of a completion: the upload is still there with the same fence and the
+   * same part blobs, the object's HCT and conditions allow the write, the object row points
+   * at the assembled blob, and the upload is gone. Returns the part blobs to unlink.
+   */
+  commitComplete(input: CompleteCommit): CommitResult & { partBlobs: string[] } {
+    return this.completeTx(input);
+  }
+
+  /** Removes an upload and its part rows; returns the part blobs to unlink. NoSuchUpload. */
+  remove(ref: UploadRef): string[] {
+    return this.removeTx(ref);
+  }
+
+  /** Like remove, for the age sweep: an upload that is already gone removes nothing. */
+  removeById(uploadId: string): string[] {
+    return this.removeByIdTx(uploadId);
+  }
+
+  initiatedBefore(time: number, limit: number): string[] {
+    return this.stmts.initiatedBefore.all(time, limit).map((row) => row.upload_id);
+  }
+
+  isBlobReferenced(id: string): boolean {
+    return this.stmts.blobReferenced.get(id) !== undefined;
+  }
+
+  /**
+   * Uploads of a bucket in listing order from `from`, read lazily. Seeking just after the key
+   * marker with an upload id marker continues within that key, after that upload.
+   */
+  seek(
+    bucket: string,
+    from: SeekFrom,
+    marker?: { key: string; uploadId: string },
+  ): IterableIterator<UploadRow> {
+    if (from.inclusive) return this.stmts.uploadsFrom.iterate(bucket, from.key);
+    if (marker && marker.key === from.key) {
+      return this.stmts.uploadsAfterUpload.iterate(bucket, marker.key, marker.uploadId);
+    }
+    return this.stmts.uploadsAfterKey.iterate(bucket, from.key);
+  }
+
+  private removeRows(uploadId: string): string[] {
+    const blobs = this.stmts.parts.all(uploadId).map((part) => part.blob);
+    this.stmts.deleteParts.run(uploadId);
+    this.stmts.deleteUpload.run(uploadId);
+    return blobs;
+  }
+}
+
+export function toUpload(row: UploadRow): MultipartUpload {
+  return {
+    uploadId: row.upload_id,
+    bucket: row.bucket,
+    key: row.key,
+    metadata: JSON.parse(row.metadata) as ObjectMetadata,
+    token: row.token,
+    leaseId: row.lease_id,
+    initiator: row.initiator,
+    initiated: new Date(row.initiated),
+  };
+}

@@ -1,0 +1,303 @@
+import { randomBytes } from "node:crypto";
+import { Readable } from "node:stream";
+import type { Clock } from "../../core/clock.js";
+import { DomainError } from "../../core/errors.js";
+import { assertValidObjectKey } from "../key-rules.js";
+import { listSorted } from "../list-helper.js";
+import {
+  assertPartNumber,
+  assertPartOrder,
+  assertUploadFence,
+  bareEtag,
+  type CompleteUploadInput,
+  type CreateUploadInput,
+  type CreateUploadResult,
+  type ListPartsInput,
+  type ListPartsResult,
+  type ListUploadsInput,
+  type ListUploadsResult,
+  MIN_PART_SIZE,
+  type MultipartStore,
+  type MultipartUpload,
+  multipartEtag,
+  type PartInfo,
+  type UploadPartInput,
+  type UploadPartResult,
+  type UploadRef,
+} from "../multipart.js";
+import type { CommitHooks, PutObjectResult } from "../storage-backend.js";
+import type { BlobStore } from "./blob-store.js";
+import type { FsMetadataStore } from "./metadata-store.js";
+import { type FsMultipartMetadata, type PartRow, toUpload } from "./multipart-metadata.js";
+
+export type FsMultipartOptions = {
+  clock: Clock;
+  /** Uploads initiated longer ago than this are aborted by sweepAbandoned(). */
+  maxAgeMs: number;
+  /** Refuses calls once the backend is closed. */
+  assertOpen: () => void;
+};
+
+const SWEEP_BATCH = 100;
+
+/**
+ * Multipart uploads of the fs backend. Parts are blobs like objects' (written to
+ * `blobs/tmp`, fsynced, renamed into a shard) referenced by `fs_parts` rows; completion
+ * concatenates the listed part blobs into a new blob, fsyncs it, and only then commits the
+ * object row in one synchronous transaction that checks the HCT, the conditions, and that
+ * the upload and its parts are still what was assembled. Part blobs are unlinked after the
+ * upload's rows are gone; a crash in between leaves orphans that the startup sweep removes.
+ */
+export class FsMultipartStore implements MultipartStore {
+  constructor(
+    private readonly rows: FsMultipartMetadata,
+    private readonly objects: FsMetadataStore,
+    private readonly blobs: BlobStore,
+    private readonly opts: FsMultipartOptions,
+  ) {}
+
+  async createUpload(input: CreateUploadInput, hooks?: CommitHooks): Promise<CreateUploadResult> {
+    this.opts.assertOpen();
+    assertValidObjectKey(input.key);
+    this.objects.checkWrite(input.bucket, input.key, input.fence);
+    await hooks?.beforeCommit?.();
+    const initiated = this.opts.clock();
+    const uploadId = newUploadId(initiated);
+    const highestToken = this.rows.insertUpload({ ...input, uploadId, initiated });
+    return { uploadId, highestToken };
+  }
+
+  async getUpload(ref: UploadRef): Promise<MultipartUpload> {
+    this.opts.assertOpen();
+    return toUpload(this.rows.requireUpload(ref));
+  }
+
+  async uploadPart(input: UploadPartInput, hooks?: CommitHooks): Promise<UploadPartResult> {
+    this.opts.assertOpen();
+    assertPartNumber(input.partNumber);
+    // Refuse before receiving the body what recording the part would refuse anyway.
+    assertUploadFence(toUpload(this.rows.requireUpload(input)), input.fence);
+
+    // No await before this call: the body must be piped (and its errors listened to) at once.
+    const blob = await this.blobs.write(input.body);
+    const lastModified = this.opts.clock();
+    let recorded: ReturnType<FsMultipartMetadata["recordPart"]>;
+    try {
+      await hooks?.beforeCommit?.();
+      recorded = this.rows.recordPart({
+        ref: input,
+        fence: input.fence,
+        partNumber: input.partNumber,
+        blob: blob.id,
+        size: blob.size,
+        md5: blob.md5Hex,
+        lastModified,
+      });
+    } catch (e) {
+      await this.blobs.remove(blob.id);
+      throw e;
+    }
+    if (recorded.replacedBlob) await this.blobs.remove(recorded.replacedBlob);
+    return {
+      etag: `"${blob.md5Hex}"`,
+      size: blob.size,
+      lastModified: new Date(lastModified),
+      highestToken: recorded.highestToken,
+    };
+  }
+
+  async completeUpload(input: CompleteUploadInput, hooks?: CommitHooks): Promise<PutObjectResult> {
+    this.opts.assertOpen();
+    assertPartOrder(input.parts);
+    const upload = toUpload(this.rows.requireUpload(input));
+    assertUploadFence(upload, input.fence);
+    const used = this.selectParts(upload.uploadId, input.parts);
+    // A doomed completion is refused before the (possibly long) assembly; the commit checks again.
+    this.objects.checkWrite(input.bucket, input.key, input.fence, input.conditions);
+
+    const expectedSize = used.reduce((sum, part) => sum + part.size, 0);
+    const blob = await this.blobs.write(Readable.from(this.concatenate(input, used)));
+    const etag = multipartEtag(used.map((part) => part.md5));
+    const lastModified = this.opts.clock();
+    let committed: ReturnType<FsMultipartMetadata["commitComplete"]>;
+    try {
+      if (blob.size !== expectedSize) {
+        throw new Error(
+          `assembled ${blob.size} bytes for upload ${upload.uploadId}, expected ${expectedSize}`,
+        );
+      }
+      await hooks?.beforeCommit?.();
+      // No await between the token check and the row updates: one synchronous transaction.
+      committed = this.rows.commitComplete({
+        ref: input,
+        fence: input.fence,
+        used: used.map((part) => ({ partNumber: part.part_number, blob: part.blob })),
+        blob: blob.id,
+        size: blob.size,
+        etag,
+        lastModified,
+        metadata: upload.metadata,
+        ...(input.conditions ? { conditions: input.conditions } : {}),
+      });
+    } catch (e) {
+      await this.blobs.remove(blob.id);
+      throw e;
+    }
+    await Promise.all(committed.partBlobs.map((id) => this.blobs.remove(id)));
+    if (committed.replacedBlob) await this.blobs.remove(committed.replacedBlob);
+    return {
+      etag,
+      size: blob.size,
+      lastModified: new Date(lastModified),
+      highestToken: committed.highestToken,
+    };
+  }
+
+  async abortUpload(ref: UploadRef): Promise<void> {
+    this.opts.assertOpen();
+    const blobs = this.rows.remove(ref);
+    await Promise.all(blobs.map((id) => this.blobs.remove(id)));
+  }
+
+  async listParts(input: ListPartsInput): Promise<ListPartsResult> {
+    this.opts.assertOpen();
+    assertNonNegative("maxParts", input.maxParts);
+    const marker = input.partNumberMarker ?? 0;
+    assertNonNegative("partNumberMarker", marker);
+    // One synchronous stretch: the upload and its parts are read as one snapshot.
+    const upload = toUpload(this.rows.requireUpload(input));
+    const rows = this.rows.partsAfter(upload.uploadId, marker, input.maxParts + 1);
+    const page = rows.slice(0, input.maxParts);
+    const isTruncated = rows.length > input.maxParts;
+    const last = page.at(-1);
+    return {
+      upload,
+      parts: page.map(toPartInfo),
+      isTruncated,
+      ...(isTruncated && last ? { nextPartNumberMarker: last.part_number } : {}),
+    };
+  }
+
+  async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
+    this.opts.assertOpen();
+    assertNonNegative("maxUploads", input.maxUploads);
+    this.objects.requireBucket(input.bucket);
+    const marker =
+      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
+        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
+        : undefined;
+    const page = listSorted(
+      {
+        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
+        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
+        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
+        maxKeys: input.maxUploads,
+      },
+      (from) => this.rows.seek(input.bucket, from, marker),
+    );
+    const uploads = page.objects.map(toUpload);
+    const last = uploads.at(-1);
+    const result: ListUploadsResult = {
+      uploads,
+      commonPrefixes: page.commonPrefixes,
+      isTruncated: page.isTruncated,
+    };
+    if (page.isTruncated && page.nextStartAfter !== undefined) {
+      result.nextKeyMarker = page.nextStartAfter;
+      // The last entry was an upload (not a common prefix): continue within its key.
+      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
+    }
+    return result;
+  }
+
+  /** Aborts every upload initiated more than maxAgeMs ago (S3's AbortIncompleteMultipartUpload). */
+  async sweepAbandoned(): Promise<{ removed: number }> {
+    this.opts.assertOpen();
+    const cutoff = this.opts.clock() - this.opts.maxAgeMs;
+    let removed = 0;
+    for (;;) {
+      const ids = this.rows.initiatedBefore(cutoff, SWEEP_BATCH);
+      for (const id of ids) {
+        const blobs = this.rows.removeById(id);
+        await Promise.all(blobs.map((blob) => this.blobs.remove(blob)));
+        removed++;
+      }
+      if (ids.length < SWEEP_BATCH) return { removed };
+    }
+  }
+
+  isBlobReferenced(id: string): boolean {
+    return this.rows.isBlobReferenced(id);
+  }
+
+  /** The recorded parts a completion names, checked against S3's rules. */
+  private selectParts(uploadId: string, wanted: CompleteUploadInput["parts"]): PartRow[] {
+    const byNumber = new Map(this.rows.parts(uploadId).map((row) => [row.part_number, row]));
+    const used = wanted.map((part) => {
+      const row = byNumber.get(part.partNumber);
+      if (!row || bareEtag(part.etag) !== row.md5) {
+        throw new DomainError(
+          "InvalidPart",
+          "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
+          { partNumber: part.partNumber },
+        );
+      }
+      return row;
+    });
+    used.forEach((row, i) => {
+      if (i < used.length - 1 && row.size < MIN_PART_SIZE) {
+        throw new DomainError(
+          "EntityTooSmall",
+          "Your proposed upload is smaller than the minimum allowed size",
+          {
+            partNumber: row.part_number,
+            minSizeAllowed: MIN_PART_SIZE,
+            proposedSize: row.size,
+          },
+        );
+      }
+    });
+    return used;
+  }
+
+  /** The parts' bytes one after the other; a part replaced or aborted meanwhile fails the assembly. */
+  private async *concatenate(ref: UploadRef, parts: PartRow[]): AsyncGenerator<Buffer> {
+    for (const part of parts) {
+      const handle = await this.blobs.openForRead(part.blob);
+      if (!handle) {
+        this.rows.requireUpload(ref); // NoSuchUpload when it was aborted or completed meanwhile
+        throw new DomainError(
+          "InvalidPart",
+          `part ${part.part_number} was replaced while the upload was being completed`,
+          { partNumber: part.part_number },
+        );
+      }
+      const stream = handle.createReadStream();
+      try {
+        for await (const chunk of stream) yield chunk as Buffer;
+      } finally {
+        stream.destroy();
+      }
+    }
+  }
+}
+
+/** Starts with the initiation time, so that ordering by id within a key is ordering by initiation. */
+function newUploadId(initiated: number): string {
+  return `${Math.max(0, initiated).toString(16).padStart(12, "0")}${randomBytes(16).toString("hex")}`;
+}
+
+function toPartInfo(row: PartRow): PartInfo {
+  return {
+    partNumber: row.part_number,
+    size: row.size,
+    etag: `"${row.md5}"`,
+    lastModified: new Date(row.last_modified),
+  };
+}
+
+function assertNonNegative(name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
+  }
+}

@@ -1,0 +1,428 @@
+import { XMLParser, XMLValidator } from "fast-xml-parser";
+import {
+  assertPartNumber,
+  assertUploadFence,
+  type CompletedPart,
+  type MultipartStore,
+  type MultipartUpload,
+} from "../../backends/multipart.js";
+import type { StorageBackend } from "../../backends/storage-backend.js";
+import { DomainError } from "../../core/errors.js";
+import type { WriteContext } from "../../fence/write-fencer.js";
+import { header, type S3Operation, type S3Request } from "../context.js";
+import { fenceTokenOf } from "../fence-token.js";
+import { metadataFromHeaders } from "../object-headers.js";
+import { readBounded } from "../request-body.js";
+import type { XmlNode } from "../xml.js";
+import { ownerOf } from "./buckets.js";
+
+/**
+ * S3 multipart uploads, fenced (contract: CreateMultipartUpload, UploadPart and
+ * CompleteMultipartUpload are writes that carry a token).
+ *
+ * - CreateMultipartUpload goes through the fencer like a PutObject: the token is checked
+ *   against the lease and the object's HCT, and the upload is bound to it. Nothing visible
+ *   changes, so the HCT is not raised.
+ * - UploadPart(Copy) goes through the fencer too (authorization, early HCT refusal, the lease
+ *   re-checked just before the part is recorded, an audit record), and must carry the
+ *   upload's own token: a token of another lease is FencingTokenScopeMismatch, a lost lease is
+ *   StaleFencingToken / LeaseExpired as for any write (see assertUploadFence).
+ * - CompleteMultipartUpload is the write that makes the object visible: the same token again,
+ *   the lease re-checked before the commit, and the HCT checked in the commit itself.
+ * - AbortMultipartUpload is not fenced: see abortMultipartUpload.
+ */
+
+/** The multipart route of a request, or null when it is not a multipart operation. */
+export function selectMultipartOperation(req: S3Request): { name: string; run: S3Operation } | null {
+  const { method, key, query } = req;
+  if (key === null) {
+    return method === "GET" && query.has("uploads")
+      ? { name: "ListMultipartUploads", run: listMultipartUploads }
+      : null;
+  }
+  if (method === "POST" && query.has("uploads")) {
+    return { name: "CreateMultipartUpload", run: createMultipartUpload };
+  }
+  if (!query.has("uploadId")) return null;
+  if (method === "PUT" && query.has("partNumber")) {
+    return header(req, "x-amz-copy-source") !== undefined
+      ? { name: "UploadPartCopy", run: uploadPartCopy }
+      : { name: "UploadPart", run: uploadPart };
+  }
+  if (method === "POST") return { name: "CompleteMultipartUpload", run: completeMultipartUpload };
+  if (method === "DELETE") return { name: "AbortMultipartUpload", run: abortMultipartUpload };
+  if (method === "GET") return { name: "ListParts", run: listParts };
+  return null;
+}
+
+export const createMultipartUpload: S3Operation = async (req, { backend, fencer }) => {
+  const { bucket, key } = target(req);
+  const store = multipartOf(backend);
+  const metadata = metadataFromHeaders(req.headers);
+  await backend.headBucket(bucket);
+  const ctx = writeContext(req, "CreateMultipartUpload");
+  const result = await fencer.write(ctx, async (fence, hooks) => {
+    // The fencer has authorized the token; its claims name the lease the upload is bound to.
+    const auth = fence ? await fencer.authorize(ctx) : null;
+    const leaseId = auth?.fenced ? auth.claims.leaseId : null;
+    return store.createUpload({ bucket, key, metadata, fence, leaseId, initiator: req.principal }, hooks);
+  });
+  return {
+    status: 200,
+    headers: acceptedHeaders(result.token),
+    xml: {
+      root: "InitiateMultipartUploadResult",
+      body: { Bucket: bucket, Key: key, UploadId: result.uploadId },
+    },
+  };
+};
+
+export const uploadPart: S3Operation = async (req, { backend, fencer }) => {
+  const { bucket, key } = target(req);
+  const store = multipartOf(backend);
+  const partNumber = partNumberOf(req);
+  const uploadId = uploadIdOf(req);
+  await backend.headBucket(bucket);
+  const result = await fencer.write(writeContext(req, "UploadPart"), (fence, hooks) =>
+    store.uploadPart({ bucket, key, uploadId, partNumber, body: req.decodeBody().stream, fence }, hooks),
+  );
+  return { status: 200, headers: { etag: result.etag, ...acceptedHeaders(result.token) } };
+};
+
+export const uploadPartCopy: S3Operation = async (req, { backend, fencer }) => {
+  const { bucket, key } = target(req);
+  const store = multipartOf(backend);
+  const partNumber = partNumberOf(req);
+  const uploadId = uploadIdOf(req);
+  const source = copySourceOf(req);
+  const range = copySourceRangeOf(req);
+  await backend.headBucket(bucket);
+  const result = await fencer.write(writeContext(req, "UploadPartCopy"), async (fence, hooks) => {
+    // Unknown upload or foreign token: refused before the source is opened.
+    assertUploadFence(await store.getUpload({ bucket, key, uploadId }), fence);
+    const src = await backend.getObject(source.bucket, source.key, range);
+    try {
+      if (range && range.end >= src.info.size) {
+        throw new DomainError(
+          "InvalidRange",
+          `the copy source range is not valid for a source object of ${src.info.size} bytes`,
+        );
+      }
+      return await store.uploadPart({ bucket, key, uploadId, partNumber, body: src.body, fence }, hooks);
+    } finally {
+      src.body.destroy();
+    }
+  });
+  return {
+    status: 200,
+    headers: acceptedHeaders(result.token),
+    xml: { root: "CopyPartResult", body: { ETag: result.etag, LastModified: result.lastModified } },
+  };
+};
+
+/** A CompleteMultipartUpload body lists at most 10,000 parts: 1 MiB is ample. */
+const MAX_COMPLETE_BODY = 1024 * 1024;
+
+export const completeMultipartUpload: S3Operation = async (req, { backend, fencer }) => {
+  const { bucket, key } = target(req);
+  const store = multipartOf(backend);
+  const uploadId = uploadIdOf(req);
+  await backend.headBucket(bucket);
+  const result = await fencer.write(writeContext(req, "CompleteMultipartUpload"), async (fence, hooks) => {
+    // Read inside the write, so that a malformed list is audited like any refusal.
+    const parts = parseCompleteBody(await readBounded(req.decodeBody().stream, MAX_COMPLETE_BODY));
+    return store.completeUpload(
+      {
+        bucket,
+        key,
+        uploadId,
+        parts,
+        fence,
+        conditions: { ifMatch: header(req, "if-match"), ifNoneMatch: header(req, "if-none-match") },
+      },
+      hooks,
+    );
+  });
+  return {
+    status: 200,
+    headers: acceptedHeaders(result.token),
+    xml: {
+      root: "CompleteMultipartUploadResult",
+      body: { Location: locationOf(req, bucket, key), Bucket: bucket, Key: key, ETag: result.etag },
+    },
+  };
+};
+
+/**
+ * Not fenced: any authenticated caller may abort, with or without a token (a token is
+ * ignored). An abort changes no object and no HCT, so it cannot break a safety rule; at
+ * worst a later CompleteMultipartUpload answers NoSuchUpload, which changes nothing either.
+ * Requiring a current lease would stop exactly the client whose Complete was refused after
+ * losing its lease from cleaning up its upload. S3 likewise authorizes aborts by permission.
+ */
+export const abortMultipartUpload: S3Operation = async (req, { backend }) => {
+  const { bucket, key } = target(req);
+  const store = multipartOf(backend);
+  await backend.headBucket(bucket);
+  await store.abortUpload({ bucket, key, uploadId: uploadIdOf(req) });
+  return { status: 204 };
+};
+
+const MAX_LISTED = 1000;
+
+export const listParts: S3Operation = async (req, { backend }) => {
+  const { bucket, key } = target(req);
+  const store = multipartOf(backend);
+  const uploadId = uploadIdOf(req);
+  const maxParts = boundedCount(req, "max-parts");
+  const marker = req.query.get("part-number-marker");
+  const partNumberMarker =
+    marker === null || marker === "" ? 0 : nonNegativeInteger(marker, "part-number-marker");
+  await backend.headBucket(bucket);
+  const result = await store.listParts({ bucket, key, uploadId, maxParts, partNumberMarker });
+  return {
+    status: 200,
+    xml: {
+      root: "ListPartsResult",
+      body: {
+        Bucket: bucket,
+        Key: key,
+        UploadId: uploadId,
+        ...people(result.upload),
+        StorageClass: "STANDARD",
+        PartNumberMarker: partNumberMarker,
+        NextPartNumberMarker: result.nextPartNumberMarker,
+        MaxParts: maxParts,
+        IsTruncated: result.isTruncated,
+        Part: result.parts.map((p) => ({
+          PartNumber: p.partNumber,
+          LastModified: p.lastModified,
+          ETag: p.etag,
+          Size: p.size,
+        })),
+      },
+    },
+  };
+};
+
+export const listMultipartUploads: S3Operation = async (req, { backend }) => {
+  const bucket = req.bucket!;
+  const store = multipartOf(backend);
+  const q = req.query;
+  const encode = encoder(req);
+  const prefix = q.get("prefix") ?? "";
+  const delimiter = q.get("delimiter") || undefined;
+  const keyMarker = q.get("key-marker") || undefined;
+  // S3 ignores upload-id-marker without key-marker.
+  const uploadIdMarker = keyMarker !== undefined ? q.get("upload-id-marker") || undefined : undefined;
+  const maxUploads = boundedCount(req, "max-uploads");
+  const result = await store.listUploads({
+    bucket,
+    prefix,
+    ...(delimiter !== undefined ? { delimiter } : {}),
+    ...(keyMarker !== undefined ? { keyMarker } : {}),
+    ...(uploadIdMarker !== undefined ? { uploadIdMarker } : {}),
+    maxUploads,
+  });
+  return {
+    status: 200,
+    xml: {
+      root: "ListMultipartUploadsResult",
+      body: {
+        Bucket: bucket,
+        KeyMarker: encode(keyMarker ?? ""),
+        UploadIdMarker: uploadIdMarker ?? "",
+        NextKeyMarker: result.nextKeyMarker !== undefined ? encode(result.nextKeyMarker) : undefined,
+        NextUploadIdMarker: result.nextUploadIdMarker,
+        Delimiter: delimiter !== undefined ? encode(delimiter) : undefined,
+        Prefix: encode(prefix),
+        MaxUploads: maxUploads,
+        EncodingType: q.get("encoding-type") ?? undefined,
+        IsTruncated: result.isTruncated,
+        Upload: result.uploads.map((u) => ({
+          Key: encode(u.key),
+          UploadId: u.uploadId,
+          ...people(u),
+          StorageClass: "STANDARD",
+          Initiated: u.initiated,
+        })),
+        CommonPrefixes: result.commonPrefixes.map((p) => ({ Prefix: encode(p) })),
+      },
+    },
+  };
+};
+
+const xmlParser = new XMLParser({
+  ignoreAttributes: true,
+  ignoreDeclaration: true,
+  // No entity expansion at all (no XXE, no entity bombs); the five predefined entities and
+  // character references are decoded by hand in the few values read.
+  processEntities: false,
+  parseTagValue: false,
+  isArray: (name) => name === "Part",
+});
+
+/** The part list of a CompleteMultipartUpload body; MalformedXML on anything else. */
+export function parseCompleteBody(raw: Buffer): CompletedPart[] {
+  const text = raw.toString("utf8");
+  if (/<!DOCTYPE|<!ENTITY/i.test(text) || XMLValidator.validate(text) !== true) throw malformedXml();
+  let doc: unknown;
+  try {
+    doc = xmlParser.parse(text);
+  } catch {
+    throw malformedXml();
+  }
+  const root = (doc as Record<string, unknown> | null)?.["CompleteMultipartUpload"];
+  const parts =
+    typeof root === "object" && root !== null ? (root as Record<string, unknown>)["Part"] : undefined;
+  if (!Array.isArray(parts) || parts.length === 0) throw malformedXml();
+  return parts.map((part: unknown) => {
+    const { PartNumber: number, ETag: etag } = (
+      typeof part === "object" && part !== null ? part : {}
+    ) as Record<string, unknown>;
+    if (typeof number !== "string" || !/^\d{1,9}$/.test(number.trim()) || typeof etag !== "string") {
+      throw malformedXml();
+    }
+    return { partNumber: Number(number.trim()), etag: decodeXmlText(etag) };
+  });
+}
+
+const NAMED_ENTITIES: Record<string, string> = { lt: "<", gt: ">", amp: "&", quot: '"', apos: "'" };
+
+function decodeXmlText(text: string): string {
+  try {
+    return text.replace(
+      /&(?:#x([0-9a-fA-F]{1,6})|#(\d{1,7})|(lt|gt|amp|quot|apos));/g,
+      (_, hex, dec, name) =>
+        hex
+          ? String.fromCodePoint(Number.parseInt(hex, 16))
+          : dec
+            ? String.fromCodePoint(Number(dec))
+            : NAMED_ENTITIES[name]!,
+    );
+  } catch {
+    throw malformedXml(); // a character reference beyond U+10FFFF
+  }
+}
+
+const malformedXml = () =>
+  new DomainError(
+    "MalformedXML",
+    "The XML you provided was not well-formed or did not validate against our published schema",
+  );
+
+function multipartOf(backend: StorageBackend): MultipartStore {
+  if (!backend.multipart) {
+    throw new DomainError("NotImplemented", `the ${backend.kind} backend does not support multipart uploads`);
+  }
+  return backend.multipart;
+}
+
+function writeContext(req: S3Request, op: string): WriteContext {
+  const { bucket, key } = target(req);
+  return {
+    op,
+    bucket,
+    key,
+    tokenString: fenceTokenOf(req),
+    principal: req.principal,
+    requestId: req.requestId,
+  };
+}
+
+function uploadIdOf(req: S3Request): string {
+  const id = req.query.get("uploadId");
+  if (!id) {
+    throw new DomainError("NoSuchUpload", "The specified upload does not exist.", { uploadId: id });
+  }
+  return id;
+}
+
+function partNumberOf(req: S3Request): number {
+  const raw = req.query.get("partNumber") ?? "";
+  const n = /^\d{1,9}$/.test(raw) ? Number(raw) : Number.NaN;
+  assertPartNumber(n);
+  return n;
+}
+
+/** `/bucket/key` or `bucket/key`, URL-encoded; a versionId other than "null" is not served. */
+function copySourceOf(req: S3Request): { bucket: string; key: string } {
+  const raw = header(req, "x-amz-copy-source") ?? "";
+  const [path = "", query = ""] = raw.split("?", 2);
+  const versionId = new URLSearchParams(query).get("versionId");
+  if (versionId !== null && versionId !== "null") {
+    throw new DomainError("NotImplemented", "fencegate does not keep object versions");
+  }
+  let decoded: string;
+  try {
+    decoded = decodeURIComponent(path).replace(/^\//, "");
+  } catch {
+    throw invalidCopySource();
+  }
+  const slash = decoded.indexOf("/");
+  if (slash <= 0 || slash === decoded.length - 1) throw invalidCopySource();
+  return { bucket: decoded.slice(0, slash), key: decoded.slice(slash + 1) };
+}
+
+const invalidCopySource = () =>
+  new DomainError(
+    "InvalidArgument",
+    "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+  );
+
+/** S3 accepts only `bytes=first-last` here (no open ends, no suffixes). */
+function copySourceRangeOf(req: S3Request): { start: number; end: number } | undefined {
+  const raw = header(req, "x-amz-copy-source-range");
+  if (raw === undefined) return undefined;
+  const m = /^bytes=(\d{1,15})-(\d{1,15})$/.exec(raw.trim());
+  if (!m || Number(m[1]) > Number(m[2])) {
+    throw new DomainError(
+      "InvalidArgument",
+      "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy",
+    );
+  }
+  return { start: Number(m[1]), end: Number(m[2]) };
+}
+
+function boundedCount(req: S3Request, name: string): number {
+  const raw = req.query.get(name);
+  if (raw === null || raw === "") return MAX_LISTED;
+  return Math.min(nonNegativeInteger(raw, name), MAX_LISTED);
+}
+
+function nonNegativeInteger(raw: string, name: string): number {
+  if (!/^\d{1,15}$/.test(raw)) {
+    throw new DomainError("InvalidArgument", `Provided ${name} not an integer or within integer range`);
+  }
+  return Number(raw);
+}
+
+function people(upload: MultipartUpload): XmlNode {
+  const who = ownerOf(upload.initiator ?? "");
+  return { Initiator: who, Owner: who };
+}
+
+function encoder(req: S3Request): (s: string) => string {
+  const type = req.query.get("encoding-type");
+  if (type === null) return (s) => s;
+  if (type !== "url")
+    throw new DomainError("InvalidArgument", "Invalid Encoding Method specified in Request");
+  return (s) => encodeURIComponent(s).replace(/%2F/g, "/");
+}
+
+function locationOf(req: S3Request, bucket: string, key: string): string {
+  const path = `/${encodeURIComponent(bucket)}/${key.split("/").map(encodeURIComponent).join("/")}`;
+  const host = header(req, "host");
+  return host ? `http://${host}${path}` : path;
+}
+
+function acceptedHeaders(token: number | null): Record<string, string> {
+  return token === null ? {} : { "x-fence-token-accepted": String(token) };
+}
+
+function target(req: S3Request): { bucket: string; key: string } {
+  if (req.bucket === null || req.key === null) {
+    throw new DomainError("InvalidRequest", "this operation needs a bucket and a key");
+  }
+  return { bucket: req.bucket, key: req.key };
+}
