@@ -76,6 +76,14 @@ export type CommitHooks = {
    * The fencing core re-checks here that the lease is still current (contract rule 4).
    */
   beforeCommit?: () => Promise<void>;
+  /**
+   * Called synchronously inside the atomic commit step, after the change and before it is
+   * made durable; throwing aborts the commit. A backend whose commit runs in a transaction of
+   * the embedded database calls it, so that the audit record is committed with the write in
+   * one step. Backends that cannot run code atomically with their commit do not call it; the
+   * caller then records the decision after the commit returns.
+   */
+  inCommit?: (outcome: { highestToken: number | null }) => void;
 };
 
 export type PutObjectInput = {

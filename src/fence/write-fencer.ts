@@ -23,9 +23,22 @@ export type WriteFencerOptions = {
   policyFor: (bucket: string) => FencingPolicy;
   /** The object's HCT, for early refusal and for the x-fence-highest-token header. */
   highestToken: (bucket: string, key: string) => Promise<number | null>;
+  /**
+   * Appends an audit record synchronously inside the backend's commit transaction, when the
+   * audit log and the backend share one embedded database: the accepted write and its record
+   * then commit together, with one fsync.
+   */
+  appendInCommit?: (draft: AuditDraft) => void;
 };
 
 export type Committed = { highestToken: number | null };
+
+const AUDITED = Symbol("fencegate.audited");
+
+/** Whether a refused write's error has already been recorded in the audit log. */
+export function wasAudited(err: unknown): boolean {
+  return typeof err === "object" && err !== null && (err as Record<symbol, unknown>)[AUDITED] === true;
+}
 
 /** A refusal carries the fields the S3 layer turns into headers. */
 export type FenceRefusal = DomainError & { details: { highestToken?: number | null } };
@@ -48,8 +61,22 @@ export class WriteFencer {
       auth = await this.authorize(ctx);
       const fence = auth.fenced ? { token: auth.claims.token } : null;
       if (fence) await this.refuseIfBelowHighest(ctx, fence.token);
-      const result = await commit(fence, { beforeCommit: () => this.recheckLease(auth!) });
-      await this.record(ctx, auth, { decision: "accepted", reason: null, highestToken: result.highestToken });
+      let recordedInCommit = false;
+      const appendInCommit = this.opts.appendInCommit;
+      const inCommit = appendInCommit
+        ? ({ highestToken }: { highestToken: number | null }) => {
+            appendInCommit(this.draft(ctx, auth!, { decision: "accepted", reason: null, highestToken }));
+            recordedInCommit = true;
+          }
+        : undefined;
+      const result = await commit(fence, { beforeCommit: () => this.recheckLease(auth!), inCommit });
+      if (!recordedInCommit) {
+        await this.record(ctx, auth, {
+          decision: "accepted",
+          reason: null,
+          highestToken: result.highestToken,
+        });
+      }
       return { ...result, token: fence?.token ?? null };
     } catch (err) {
       await this.refused(ctx, auth, err);
@@ -85,6 +112,15 @@ export class WriteFencer {
     });
   }
 
+  /**
+   * Records a write refused before it reached the fencing decision (a malformed request, a
+   * missing bucket, metadata too large). A refusal already recorded is not recorded twice.
+   */
+  async recordRefusal(ctx: Omit<WriteContext, "key"> & { key: string | null }, err: unknown): Promise<void> {
+    if (wasAudited(err)) return;
+    await this.refused({ ...ctx, key: ctx.key ?? "" }, undefined, err);
+  }
+
   private async refused(ctx: WriteContext, auth: AuthorizedWrite | undefined, err: unknown): Promise<void> {
     const code = (err as { code?: unknown }).code;
     const reason = typeof code === "string" ? code : "InternalError";
@@ -95,6 +131,7 @@ export class WriteFencer {
     }
     if (err instanceof DomainError && highestToken !== null) err.details.highestToken = highestToken;
     await this.record(ctx, auth, { decision: "rejected", reason, highestToken });
+    if (typeof err === "object" && err !== null) (err as Record<symbol, unknown>)[AUDITED] = true;
   }
 
   private async record(
@@ -102,11 +139,19 @@ export class WriteFencer {
     auth: AuthorizedWrite | undefined,
     outcome: Pick<AuditDraft, "decision" | "reason" | "highestToken">,
   ): Promise<void> {
+    await this.opts.audit.append(this.draft(ctx, auth, outcome));
+  }
+
+  private draft(
+    ctx: WriteContext,
+    auth: AuthorizedWrite | undefined,
+    outcome: Pick<AuditDraft, "decision" | "reason" | "highestToken">,
+  ): AuditDraft {
     const claims = auth?.fenced ? auth.claims : verifiedClaims(ctx, this.opts.keyring);
-    await this.opts.audit.append({
+    return {
       op: ctx.op,
       bucket: ctx.bucket,
-      key: ctx.key,
+      key: ctx.key === "" ? null : ctx.key,
       prefix: null,
       token: claims?.token ?? null,
       leaseId: claims?.leaseId ?? null,
@@ -114,7 +159,7 @@ export class WriteFencer {
       principal: ctx.principal,
       requestId: ctx.requestId,
       ...outcome,
-    });
+    };
   }
 }
 

@@ -8,6 +8,7 @@ import { EMPTY_SHA256 } from "./auth/index.js";
 import type { S3Request, S3Response, S3Services } from "./context.js";
 import { selectOperation } from "./dispatch.js";
 import { renderS3Error, type S3Error, toS3Error } from "./errors.js";
+import { fenceTokenOf } from "./fence-token.js";
 import type { RequestAuthenticator } from "./request-auth.js";
 import { renderXml } from "./xml.js";
 
@@ -33,6 +34,7 @@ export function s3Handler(opts: S3HandlerOptions) {
     const rawQuery = q === -1 ? "" : rawUrl.slice(q + 1);
     const method = incoming.method ?? "GET";
     let resource = rawPath;
+    let refusal: { op: string; req: S3Request } | undefined;
     try {
       const addressed = addressRequest(rawPath, incoming.headers.host, opts.domain);
       resource = `/${addressed.bucket ?? ""}${addressed.key !== null ? `/${addressed.key}` : ""}`;
@@ -42,7 +44,6 @@ export function s3Handler(opts: S3HandlerOptions) {
         rawQuery,
         headers: withImpliedPayloadHash(incoming),
       });
-      if (addressed.key !== null) validateObjectKey(addressed.key);
       const req: S3Request = {
         requestId,
         method,
@@ -56,6 +57,8 @@ export function s3Handler(opts: S3HandlerOptions) {
         log,
       };
       const op = selectOperation(req);
+      if (WRITE_OPERATIONS.has(op.name)) refusal = { op: op.name, req };
+      if (addressed.key !== null) validateObjectKey(addressed.key);
       log.debug({ op: op.name, bucket: req.bucket, key: req.key, principal: req.principal }, "s3 request");
       const res = await op.run(req, opts.services);
       return toResponse(res, method);
@@ -63,9 +66,56 @@ export function s3Handler(opts: S3HandlerOptions) {
       const s3err = toS3Error(err);
       if (s3err.status >= 500) log.error({ err }, "request failed");
       else log.info({ code: s3err.code, status: s3err.status, msg: s3err.message }, "request refused");
+      if (refusal) await auditRefusal(opts.services, refusal, err, log);
       return errorResponse(s3err, resource, requestId, method);
     }
   };
+}
+
+/** Operations that write: every refusal of one is a write decision and goes to the audit log. */
+const WRITE_OPERATIONS = new Set([
+  "PutObject",
+  "CopyObject",
+  "DeleteObject",
+  "DeleteObjects",
+  "CreateMultipartUpload",
+  "UploadPart",
+  "UploadPartCopy",
+  "CompleteMultipartUpload",
+]);
+
+/**
+ * Writes refused before the fencing decision (bad key, missing bucket, malformed request) are
+ * recorded too; those refused by the fencing core already were.
+ */
+async function auditRefusal(
+  services: S3Services,
+  refusal: { op: string; req: S3Request },
+  err: unknown,
+  log: Logger,
+): Promise<void> {
+  const { op, req } = refusal;
+  let tokenString: string | null = null;
+  try {
+    tokenString = fenceTokenOf(req);
+  } catch {
+    // Conflicting tokens: the refusal is recorded without one.
+  }
+  try {
+    await services.fencer.recordRefusal(
+      {
+        op,
+        bucket: req.bucket ?? "",
+        key: req.key,
+        tokenString,
+        principal: req.principal,
+        requestId: req.requestId,
+      },
+      err,
+    );
+  } catch (auditErr) {
+    log.error({ err: auditErr }, "could not record a refused write in the audit log");
+  }
 }
 
 /**

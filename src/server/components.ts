@@ -1,4 +1,4 @@
-import type { AuditLog } from "../audit/audit-log.js";
+import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import { createEmbeddedAuditLog } from "../audit/embedded/embedded-audit-log.js";
 import { createFsBackend } from "../backends/fs/index.js";
 import type { StorageBackend } from "../backends/storage-backend.js";
@@ -14,6 +14,8 @@ export type Components = {
   backend: StorageBackend;
   leaseStore: LeaseStore;
   audit: AuditLog;
+  /** Set when the audit log can join the backend's commit transaction (same embedded db). */
+  appendInCommit?: (draft: AuditDraft) => void;
   close(): Promise<void>;
 };
 
@@ -45,6 +47,9 @@ export async function openComponents(
       backend,
       leaseStore,
       audit,
+      appendInCommit: (draft) => {
+        audit.appendSync(draft);
+      },
       async close() {
         await backend.close();
         await leaseStore.close();

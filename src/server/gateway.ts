@@ -50,6 +50,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     clock,
     policyFor,
     highestToken: (bucket, key) => backend.highestToken(bucket, key),
+    appendInCommit: components.appendInCommit,
   });
   const leases = new LeaseService({
     store: leaseStore,

@@ -43,11 +43,19 @@ export const MAX_AUDIT_LIMIT = 1000;
  * synchronous=FULL it returns only once the record is on disk, so the caller may answer the
  * request it audits.
  */
+export type EmbeddedAuditLog = AuditLog & {
+  /**
+   * Appends synchronously. Called inside another transaction on the same database (the fs
+   * backend's commit), the record commits or rolls back with it.
+   */
+  appendSync(draft: AuditDraft): AuditRecord;
+};
+
 export function createEmbeddedAuditLog({
   db,
   gatewayId,
   clock = systemClock,
-}: EmbeddedAuditLogOptions): AuditLog {
+}: EmbeddedAuditLogOptions): EmbeddedAuditLog {
   migrateAuditTables(db);
 
   const insert = db.prepare(
@@ -65,30 +73,35 @@ export function createEmbeddedAuditLog({
     if (closed || !db.open) throw new DomainError("ServiceUnavailable", "the embedded audit log is closed");
   };
 
+  const appendSync = (draft: AuditDraft): AuditRecord => {
+    open();
+    const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+    const record: Omit<AuditRecord, "seq"> = {
+      time: new Date(timeMs).toISOString(),
+      op: draft.op,
+      bucket: draft.bucket ?? null,
+      key: draft.key ?? null,
+      prefix: draft.prefix ?? null,
+      token: draft.token ?? null,
+      leaseId: draft.leaseId ?? null,
+      owner: draft.owner ?? null,
+      principal: draft.principal ?? null,
+      decision: draft.decision,
+      reason: draft.reason ?? null,
+      highestToken: draft.highestToken ?? null,
+      requestId: draft.requestId ?? null,
+      gateway: gatewayId,
+    };
+    const { lastInsertRowid } = insert.run({ ...record, timeMs });
+    return { seq: Number(lastInsertRowid), ...record };
+  };
+
   return {
     kind: "embedded",
+    appendSync,
 
     async append(draft: AuditDraft): Promise<AuditRecord> {
-      open();
-      const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
-      const record: Omit<AuditRecord, "seq"> = {
-        time: new Date(timeMs).toISOString(),
-        op: draft.op,
-        bucket: draft.bucket ?? null,
-        key: draft.key ?? null,
-        prefix: draft.prefix ?? null,
-        token: draft.token ?? null,
-        leaseId: draft.leaseId ?? null,
-        owner: draft.owner ?? null,
-        principal: draft.principal ?? null,
-        decision: draft.decision,
-        reason: draft.reason ?? null,
-        highestToken: draft.highestToken ?? null,
-        requestId: draft.requestId ?? null,
-        gateway: gatewayId,
-      };
-      const { lastInsertRowid } = insert.run({ ...record, timeMs });
-      return { seq: Number(lastInsertRowid), ...record };
+      return appendSync(draft);
     },
 
     async query(query: AuditQuery) {

@@ -145,6 +145,7 @@ export class FsBackend implements StorageBackend {
         metadata: input.metadata,
         fence,
         conditions,
+        inCommit: hooks?.inCommit,
       });
     } catch (e) {
       await this.blobs.remove(blob.id);
@@ -166,7 +167,7 @@ export class FsBackend implements StorageBackend {
     assertValidFence(fence);
     this.metadata.checkWrite(bucket, key, fence);
     await hooks?.beforeCommit?.();
-    const committed = this.metadata.commitDelete(bucket, key, fence, this.clock());
+    const committed = this.metadata.commitDelete(bucket, key, fence, this.clock(), hooks?.inCommit);
     if (committed.replacedBlob) await this.blobs.remove(committed.replacedBlob);
     return { existed: committed.existed, highestToken: committed.highestToken };
   }

@@ -1,7 +1,7 @@
 import { DomainError, StaleTokenError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
 import type { SeekFrom } from "../list-helper.js";
-import type { ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
+import type { CommitHooks, ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
 
 /**
  * Object and bucket metadata of the fs backend in the shared SQLite database (tables
@@ -67,6 +67,8 @@ export type CommitPutInput = {
   metadata: ObjectMetadata;
   fence: WriteFence;
   conditions?: WriteConditions;
+  /** Runs inside the transaction after the row update (the audit record joins the commit). */
+  inCommit?: CommitHooks["inCommit"];
 };
 
 export type CommitResult = {
@@ -84,6 +86,7 @@ export class FsMetadataStore {
     key: string,
     fence: WriteFence,
     now: number,
+    inCommit?: CommitHooks["inCommit"],
   ) => CommitResult;
   private readonly deleteBucketTx: (name: string) => void;
 
@@ -140,20 +143,24 @@ export class FsMetadataStore {
         metadata: JSON.stringify(input.metadata),
         hct: highestToken,
       });
+      input.inCommit?.({ highestToken });
       return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
     });
 
-    this.commitDeleteTx = db.transaction((bucket: string, key: string, fence: WriteFence, now: number) => {
-      const row = this.checkWrite(bucket, key, fence);
-      const highestToken = nextHighestToken(row, fence);
-      if (highestToken !== null) {
-        // A fenced delete records its token even when there was nothing to delete.
-        this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: highestToken });
-      } else if (row) {
-        this.stmts.deleteRow.run(bucket, key);
-      }
-      return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
-    });
+    this.commitDeleteTx = db.transaction(
+      (bucket: string, key: string, fence: WriteFence, now: number, inCommit?: CommitHooks["inCommit"]) => {
+        const row = this.checkWrite(bucket, key, fence);
+        const highestToken = nextHighestToken(row, fence);
+        if (highestToken !== null) {
+          // A fenced delete records its token even when there was nothing to delete.
+          this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: highestToken });
+        } else if (row) {
+          this.stmts.deleteRow.run(bucket, key);
+        }
+        inCommit?.({ highestToken });
+        return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
+      },
+    );
 
     this.deleteBucketTx = db.transaction((name: string) => {
       this.requireBucket(name);
@@ -252,8 +259,14 @@ export class FsMetadataStore {
     return this.commitPutTx(input);
   }
 
-  commitDelete(bucket: string, key: string, fence: WriteFence, now: number): CommitResult {
-    return this.commitDeleteTx(bucket, key, fence, now);
+  commitDelete(
+    bucket: string,
+    key: string,
+    fence: WriteFence,
+    now: number,
+    inCommit?: CommitHooks["inCommit"],
+  ): CommitResult {
+    return this.commitDeleteTx(bucket, key, fence, now, inCommit);
   }
 
   isBlobReferenced(id: string): boolean {

@@ -2,7 +2,7 @@ import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
 import type { SeekFrom } from "../list-helper.js";
 import { assertUploadFence, type MultipartUpload, type UploadRef } from "../multipart.js";
-import type { ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
+import type { CommitHooks, ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
 import type { CommitResult, FsMetadataStore } from "./metadata-store.js";
 
 /**
@@ -95,6 +95,7 @@ export type CompleteCommit = {
   lastModified: number;
   metadata: ObjectMetadata;
   conditions?: WriteConditions;
+  inCommit?: CommitHooks["inCommit"];
 };
 
 export class FsMultipartMetadata {
@@ -205,6 +206,7 @@ export class FsMultipartMetadata {
         metadata: input.metadata,
         fence: input.fence,
         ...(input.conditions ? { conditions: input.conditions } : {}),
+        inCommit: input.inCommit,
       });
       return { ...committed, partBlobs: this.removeRows(upload.upload_id) };
     });

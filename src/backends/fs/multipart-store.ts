@@ -138,6 +138,7 @@ export class FsMultipartStore implements MultipartStore {
         lastModified,
         metadata: upload.metadata,
         ...(input.conditions ? { conditions: input.conditions } : {}),
+        inCommit: hooks?.inCommit,
       });
     } catch (e) {
       await this.blobs.remove(blob.id);

@@ -20,6 +20,7 @@ export const putObject: S3Operation = async (req, { backend, fencer }) => {
       return backend.putObject(
         { bucket, key, body: decoded.stream, metadata, fence, conditions: writeConditions(req) },
         {
+          ...hooks,
           beforeCommit: async () => {
             // The body has been read in full and verified: its checksums are stored with the object.
             const digest = await decoded.done;

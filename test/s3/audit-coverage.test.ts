@@ -1,0 +1,112 @@
+import { Readable } from "node:stream";
+import { PutObjectCommand } from "@aws-sdk/client-s3";
+import { afterEach, describe, expect, it } from "vitest";
+import { createEmbeddedAuditLog } from "../../src/audit/embedded/embedded-audit-log.js";
+import { createFsBackend } from "../../src/backends/fs/index.js";
+import { fakeClock } from "../../src/core/clock.js";
+import { openEmbeddedDb } from "../../src/embedded/db.js";
+import { makeKeyring, signFencingToken } from "../../src/fence/tokens.js";
+import { WriteFencer } from "../../src/fence/write-fencer.js";
+import { createEmbeddedLeaseStore } from "../../src/leases/embedded/embedded-lease-store.js";
+import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+
+const cleanups: Array<() => Promise<void> | void> = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+describe("audit records and commits", () => {
+  it("commits the accepted record in the write's own transaction: if recording fails, nothing is written", async () => {
+    const dir = tempDir();
+    const db = openEmbeddedDb({ dataDir: dir.path });
+    cleanups.push(() => {
+      db.close();
+      dir.cleanup();
+    });
+    const clock = fakeClock();
+    const backend = await createFsBackend({ dataDir: dir.path, db, clock });
+    const leases = createEmbeddedLeaseStore({ db, clock });
+    const audit = createEmbeddedAuditLog({ db, gatewayId: "gw-test", clock });
+    const keyring = makeKeyring([{ id: "k1", secret: Buffer.alloc(32, 1) }]);
+    let failRecording = true;
+    const fencer = new WriteFencer({
+      leases,
+      audit,
+      keyring,
+      clock,
+      policyFor: () => "required",
+      highestToken: (b, k) => backend.highestToken(b, k),
+      appendInCommit: (draft) => {
+        if (failRecording) throw new Error("disk full");
+        audit.appendSync(draft);
+      },
+    });
+    await backend.createBucket("bkt");
+    const granted = await leases.tryAcquire({
+      resource: { bucket: "bkt", key: "k" },
+      ttlMs: 60_000,
+      owner: "t",
+    });
+    if (!granted.granted) throw new Error("lease not granted");
+    const lease = granted.lease;
+    const tokenString = signFencingToken(
+      { leaseId: lease.leaseId, token: lease.token, bucket: "bkt", key: "k" },
+      keyring.active,
+    );
+    const write = () =>
+      fencer.write(
+        { op: "PutObject", bucket: "bkt", key: "k", tokenString, principal: "p", requestId: "r" },
+        (fence, hooks) =>
+          backend.putObject(
+            {
+              bucket: "bkt",
+              key: "k",
+              body: Readable.from([Buffer.from("data")]),
+              metadata: { headers: {}, userMetadata: {} },
+              fence,
+            },
+            hooks,
+          ),
+      );
+
+    await expect(write()).rejects.toThrow("disk full");
+    await expect(backend.headObject("bkt", "k")).rejects.toMatchObject({ code: "NoSuchKey" });
+    expect(await backend.highestToken("bkt", "k")).toBeNull();
+    const refused = await audit.query({ limit: 10 });
+    expect(refused.records.map((r) => [r.op, r.decision, r.reason])).toEqual([
+      ["PutObject", "rejected", "InternalError"],
+    ]);
+
+    failRecording = false;
+    await write();
+    expect((await backend.headObject("bkt", "k")).size).toBe(4);
+    const all = await audit.query({ limit: 10, decision: "accepted" });
+    expect(all.records).toHaveLength(1);
+    expect(all.records[0]).toMatchObject({ op: "PutObject", token: lease.token, highestToken: lease.token });
+  });
+});
+
+describe("refusals before the fencing decision", () => {
+  let gw: TestGateway;
+  afterEach(async () => {
+    await gw?.stop();
+  });
+
+  it("records writes to a missing bucket and with oversized metadata", async () => {
+    gw = await startTestGateway();
+    const s3 = gw.s3();
+    const missing = await s3
+      .send(new PutObjectCommand({ Bucket: "nobucket", Key: "k", Body: "x" }))
+      .catch((e) => e);
+    expect(missing.name).toBe("NoSuchBucket");
+    const records = (await gw.leases.audit({ bucket: "nobucket" })).records as Array<Record<string, unknown>>;
+    expect(records).toHaveLength(1);
+    expect(records[0]).toMatchObject({
+      op: "PutObject",
+      key: "k",
+      decision: "rejected",
+      reason: "NoSuchBucket",
+      principal: "fencegate",
+    });
+  });
+});
