@@ -6,8 +6,12 @@ export type { Logger };
  * JSON logs on stdout. Secrets never reach a log line: credentials, signatures, fencing
  * token strings and the Authorization header are redacted wherever they appear.
  */
-export function createLogger(level: string, base: Record<string, unknown> = {}): Logger {
-  return pino({
+export function createLogger(
+  level: string,
+  base: Record<string, unknown> = {},
+  destination?: pino.DestinationStream,
+): Logger {
+  const options: pino.LoggerOptions = {
     level,
     base: { pid: process.pid, ...base },
     timestamp: pino.stdTimeFunctions.isoTime,
@@ -29,5 +33,6 @@ export function createLogger(level: string, base: Record<string, unknown> = {}):
       ],
       censor: "[redacted]",
     },
-  });
+  };
+  return destination ? pino(options, destination) : pino(options);
 }

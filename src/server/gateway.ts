@@ -64,9 +64,16 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const app = new Hono<S3Env>();
   app.use("*", async (c, next) => {
     const requestId = randomBytes(8).toString("hex").toUpperCase();
+    const requestLog = log.child({ requestId });
+    const started = performance.now();
     c.set("requestId", requestId);
-    c.set("log", log.child({ requestId }));
+    c.set("log", requestLog);
     await next();
+    // The path only: a query string may hold a presigned signature or a fencing token.
+    requestLog.info(
+      { method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started) },
+      "request",
+    );
     c.res.headers.set("x-amz-request-id", requestId);
     c.res.headers.set("x-amz-id-2", Buffer.from(`${gatewayId}/${requestId}`).toString("base64"));
     c.res.headers.set("server", "fencegate");
