@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import type { ObjectHeaders, ObjectInfo, ObjectMetadata } from "../backends/storage-backend.js";
 import { DomainError } from "../core/errors.js";
 import { FENCE_TOKEN_META_HEADER } from "./fence-token.js";
+import { decodeMetadataValue, encodeMetadataValue } from "./metadata-encoding.js";
 
 const META_PREFIX = "x-amz-meta-";
 /** S3 limits user metadata to 2 KiB (names and values, UTF-8). */
@@ -37,10 +38,9 @@ export function metadataFromHeaders(headers: IncomingHttpHeaders): ObjectMetadat
   for (const [name, value] of Object.entries(headers)) {
     if (!name.startsWith(META_PREFIX) || name === FENCE_TOKEN_META_HEADER) continue;
     const short = name.slice(META_PREFIX.length);
-    const v = single(value) ?? "";
+    const v = decodeMetadataValue(single(value) ?? "");
     userMetadata[short] = v;
-    // Header values arrive as latin1 strings: one character per byte on the wire.
-    bytes += Buffer.byteLength(short, "latin1") + Buffer.byteLength(v, "latin1");
+    bytes += Buffer.byteLength(short) + Buffer.byteLength(v);
   }
   if (bytes > MAX_USER_METADATA_BYTES) {
     throw new DomainError(
@@ -64,7 +64,8 @@ export function objectResponseHeaders(info: ObjectInfo): Record<string, string> 
     const v = info.headers[field];
     if (v !== undefined && field !== "contentType") out[name] = v;
   }
-  for (const [name, value] of Object.entries(info.userMetadata)) out[META_PREFIX + name] = value;
+  for (const [name, value] of Object.entries(info.userMetadata))
+    out[META_PREFIX + name] = encodeMetadataValue(value);
   return out;
 }
 

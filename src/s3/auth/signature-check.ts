@@ -21,7 +21,12 @@ export type SignatureInput = {
   providedSignature: string;
 };
 
-const sha256Hex = (s: string): string => createHash("sha256").update(s, "utf8").digest("hex");
+/**
+ * Node hands over header values as latin1 strings (one character per byte received), and
+ * the rest of the canonical request is ASCII after re-encoding, so hashing the latin1 bytes
+ * hashes exactly the bytes on the wire — as S3 does. UTF-8 user metadata then verifies.
+ */
+const sha256Hex = (s: string): string => createHash("sha256").update(s, "latin1").digest("hex");
 
 const isSignatureParam = (rawName: string): boolean =>
   decodeQueryComponent(rawName).toLowerCase() === "x-amz-signature";
