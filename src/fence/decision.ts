@@ -19,9 +19,17 @@ export type AuthorizedWrite =
   | { fenced: true; claims: TokenClaims; lease: LeaseRecord }
   | { fenced: false; coveringLease: null };
 
+/**
+ * The lease a multipart upload was bound to at CreateMultipartUpload. Its parts and its
+ * completion may omit the token (tools that can only set metadata send it on Create alone);
+ * they are then fenced with the bound lease, checked like a presented token.
+ */
+export type BoundLease = { leaseId: string; token: number };
+
 export type AuthorizeInput = {
   target: WriteTarget;
   tokenString: string | null;
+  bound?: BoundLease | null;
   policy: FencingPolicy;
   keyring: Keyring;
   leases: FenceLookups;
@@ -30,6 +38,8 @@ export type AuthorizeInput = {
 
 export async function authorizeWrite(input: AuthorizeInput): Promise<AuthorizedWrite> {
   const { target, tokenString, policy, keyring, leases, now } = input;
+
+  if (tokenString === null && input.bound) return authorizeBound(input.bound, target, leases, now);
 
   if (tokenString === null) {
     if (policy === "required") {
@@ -59,6 +69,29 @@ export async function authorizeWrite(input: AuthorizeInput): Promise<AuthorizedW
   }
 
   const lease = await leases.get(claims.leaseId);
+  await assertLeaseCurrent({ claims, lease, leases, now });
+  return { fenced: true, claims, lease: lease! };
+}
+
+async function authorizeBound(
+  bound: BoundLease,
+  target: WriteTarget,
+  leases: FenceLookups,
+  now: number,
+): Promise<AuthorizedWrite> {
+  const lease = await leases.get(bound.leaseId);
+  const claims: TokenClaims = {
+    leaseId: bound.leaseId,
+    token: bound.token,
+    bucket: lease?.bucket ?? target.bucket,
+    ...(lease?.prefix !== undefined ? { prefix: lease.prefix } : { key: lease?.key ?? target.key }),
+  };
+  if (lease && !claimsCover(claims, target)) {
+    throw new DomainError("FencingTokenScopeMismatch", "the upload's lease does not cover this key", {
+      token: bound.token,
+      leaseId: bound.leaseId,
+    });
+  }
   await assertLeaseCurrent({ claims, lease, leases, now });
   return { fenced: true, claims, lease: lease! };
 }

@@ -3,7 +3,13 @@ import type { CommitHooks, WriteFence } from "../backends/storage-backend.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError, StaleTokenError } from "../core/errors.js";
 import type { LeaseStore } from "../leases/lease-store.js";
-import { type AuthorizedWrite, assertLeaseCurrent, authorizeWrite, type FencingPolicy } from "./decision.js";
+import {
+  type AuthorizedWrite,
+  assertLeaseCurrent,
+  authorizeWrite,
+  type BoundLease,
+  type FencingPolicy,
+} from "./decision.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
 
 export type WriteContext = {
@@ -11,6 +17,8 @@ export type WriteContext = {
   bucket: string;
   key: string;
   tokenString: string | null;
+  /** For a multipart part or completion sent without a token: the lease its upload is bound to. */
+  bound?: BoundLease | null;
   principal: string | null;
   requestId: string;
 };
@@ -89,6 +97,7 @@ export class WriteFencer {
     return authorizeWrite({
       target: { bucket: ctx.bucket, key: ctx.key },
       tokenString: ctx.tokenString,
+      bound: ctx.bound ?? null,
       policy: this.opts.policyFor(ctx.bucket),
       keyring: this.opts.keyring,
       leases: this.opts.leases,
@@ -164,8 +173,8 @@ export class WriteFencer {
 }
 
 /** Claims of a token whose signature verifies; forged tokens contribute nothing to the record. */
-function verifiedClaims(ctx: WriteContext, keyring: Keyring): TokenClaims | null {
-  if (!ctx.tokenString) return null;
+function verifiedClaims(ctx: WriteContext, keyring: Keyring): Pick<TokenClaims, "leaseId" | "token"> | null {
+  if (!ctx.tokenString) return ctx.bound ?? null;
   const verified = verifyFencingToken(ctx.tokenString, keyring);
   return verified.ok ? verified.claims : null;
 }

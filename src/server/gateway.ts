@@ -71,7 +71,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     await next();
     // The path only: a query string may hold a presigned signature or a fencing token.
     requestLog.info(
-      { method: c.req.method, path: c.req.path, status: c.res.status, ms: Math.round(performance.now() - started) },
+      {
+        method: c.req.method,
+        path: c.req.path,
+        status: c.res.status,
+        ms: Math.round(performance.now() - started),
+      },
       "request",
     );
     c.res.headers.set("x-amz-request-id", requestId);

@@ -264,8 +264,8 @@ describe("multipart uploads through the S3 SDK", () => {
       code: "FencingTokenScopeMismatch",
       status: 403,
     });
-    // No token at all on a bucket that requires one.
-    expect(await refusal(plain.send(partTwo()))).toEqual({ code: "FencingTokenRequired", status: 428 });
+    // No token at all: the part is fenced with the upload's own (lost) lease.
+    expect(await refusal(plain.send(partTwo()))).toEqual({ code: "StaleFencingToken", status: 409 });
 
     const listed = await plain.send(new ListPartsCommand({ Bucket: bucket, Key: key, UploadId: uploadId }));
     expect(listed.Parts?.map((p) => p.PartNumber)).toEqual([1]);
@@ -276,9 +276,33 @@ describe("multipart uploads through the S3 SDK", () => {
       "LeaseExpired",
       "StaleFencingToken",
       "FencingTokenScopeMismatch",
-      "FencingTokenRequired",
+      "StaleFencingToken",
     ]);
     await gw.leases.release(second.leaseId);
+  });
+
+  it("fences parts and the completion sent without a token with the lease bound at Create", async () => {
+    const key = "bound/object";
+    const lease = await acquire(key);
+    const uploadId = await create(key, lease);
+    // As aws s3 cp --metadata, s3cmd and lib-storage's Metadata do: the token on Create only.
+    const parts = await uploadParts(plain, key, uploadId, [
+      Buffer.alloc(5 * 1024 * 1024, 1),
+      Buffer.from("tail"),
+    ]);
+    const done = await plain.send(completeCommand(key, uploadId, parts));
+    expect(done.ETag).toMatch(/-2"$/);
+    const { records } = (await gw.leases.audit({ bucket, key, decision: "accepted" })) as {
+      records: AuditRecord[];
+    };
+    expect(records.map((r) => [r.op, r.token, r.leaseId])).toEqual([
+      ["LeaseAcquired", lease.token, lease.leaseId],
+      ["CreateMultipartUpload", lease.token, lease.leaseId],
+      ["UploadPart", lease.token, lease.leaseId],
+      ["UploadPart", lease.token, lease.leaseId],
+      ["CompleteMultipartUpload", lease.token, lease.leaseId],
+    ]);
+    await gw.leases.release(lease.leaseId);
   });
 
   it("refuses CreateMultipartUpload without a token, or with a token below the object's HCT", async () => {

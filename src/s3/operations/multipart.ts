@@ -24,9 +24,10 @@ import { ownerOf } from "./buckets.js";
  *   against the lease and the object's HCT, and the upload is bound to it. Nothing visible
  *   changes, so the HCT is not raised.
  * - UploadPart(Copy) goes through the fencer too (authorization, early HCT refusal, the lease
- *   re-checked just before the part is recorded, an audit record), and must carry the
- *   upload's own token: a token of another lease is FencingTokenScopeMismatch, a lost lease is
- *   StaleFencingToken / LeaseExpired as for any write (see assertUploadFence).
+ *   re-checked just before the part is recorded, an audit record). It carries the upload's own
+ *   token, or none: the upload is bound to its lease, which is then checked as if presented.
+ *   A token of another lease is FencingTokenScopeMismatch; a lost lease is StaleFencingToken /
+ *   LeaseExpired as for any write (see assertUploadFence).
  * - CompleteMultipartUpload is the write that makes the object visible: the same token again,
  *   the lease re-checked before the commit, and the HCT checked in the commit itself.
  * - AbortMultipartUpload is not fenced: see abortMultipartUpload.
@@ -83,7 +84,8 @@ export const uploadPart: S3Operation = async (req, { backend, fencer }) => {
   const partNumber = partNumberOf(req);
   const uploadId = uploadIdOf(req);
   await backend.headBucket(bucket);
-  const result = await fencer.write(writeContext(req, "UploadPart"), (fence, hooks) =>
+  const ctx = await boundWriteContext(req, "UploadPart", store, uploadId);
+  const result = await fencer.write(ctx, (fence, hooks) =>
     store.uploadPart({ bucket, key, uploadId, partNumber, body: req.decodeBody().stream, fence }, hooks),
   );
   return { status: 200, headers: { etag: result.etag, ...acceptedHeaders(result.token) } };
@@ -97,7 +99,8 @@ export const uploadPartCopy: S3Operation = async (req, { backend, fencer }) => {
   const source = copySourceOf(req);
   const range = copySourceRangeOf(req);
   await backend.headBucket(bucket);
-  const result = await fencer.write(writeContext(req, "UploadPartCopy"), async (fence, hooks) => {
+  const ctx = await boundWriteContext(req, "UploadPartCopy", store, uploadId);
+  const result = await fencer.write(ctx, async (fence, hooks) => {
     // Unknown upload or foreign token: refused before the source is opened.
     assertUploadFence(await store.getUpload({ bucket, key, uploadId }), fence);
     const src = await backend.getObject(source.bucket, source.key, range);
@@ -128,7 +131,8 @@ export const completeMultipartUpload: S3Operation = async (req, { backend, fence
   const store = multipartOf(backend);
   const uploadId = uploadIdOf(req);
   await backend.headBucket(bucket);
-  const result = await fencer.write(writeContext(req, "CompleteMultipartUpload"), async (fence, hooks) => {
+  const ctx = await boundWriteContext(req, "CompleteMultipartUpload", store, uploadId);
+  const result = await fencer.write(ctx, async (fence, hooks) => {
     // Read inside the write, so that a malformed list is audited like any refusal.
     const parts = parseCompleteBody(await readBounded(req.decodeBody().stream, MAX_COMPLETE_BODY));
     return store.completeUpload(
@@ -316,6 +320,24 @@ function multipartOf(backend: StorageBackend): MultipartStore {
     throw new DomainError("NotImplemented", `the ${backend.kind} backend does not support multipart uploads`);
   }
   return backend.multipart;
+}
+
+/**
+ * A part or completion without a token is fenced with the lease its upload was bound to at
+ * CreateMultipartUpload: aws s3 cp --metadata, s3cmd, rclone --header-upload and the SDKs'
+ * Metadata send the token on Create only. A token that is sent must be the upload's own.
+ */
+async function boundWriteContext(
+  req: S3Request,
+  op: string,
+  store: MultipartStore,
+  uploadId: string,
+): Promise<WriteContext> {
+  const ctx = writeContext(req, op);
+  if (ctx.tokenString !== null) return ctx;
+  const upload = await store.getUpload({ bucket: ctx.bucket, key: ctx.key, uploadId });
+  if (upload.token === null || upload.leaseId === null) return ctx;
+  return { ...ctx, bound: { leaseId: upload.leaseId, token: upload.token } };
 }
 
 function writeContext(req: S3Request, op: string): WriteContext {
