@@ -14,8 +14,9 @@ import { listObjectVersions } from "./operations/list-versions.js";
 import { selectMultipartOperation } from "./operations/multipart.js";
 import { deleteObject, getObject, headObject, putObject } from "./operations/objects.js";
 import {
+  DEFAULT_DOCUMENT_SUBRESOURCES,
+  defaultDocument,
   getBucketAcl,
-  getBucketVersioning,
   getObjectAcl,
   getObjectTagging,
   NOT_CONFIGURED_SUBRESOURCES,
@@ -60,7 +61,9 @@ export function selectOperation(req: S3Request): { name: string; run: S3Operatio
     if (m === "GET") {
       if (query.has("location")) return { name: "GetBucketLocation", run: getBucketLocation };
       if (query.has("versions")) return { name: "ListObjectVersions", run: listObjectVersions };
-      if (query.has("versioning")) return { name: "GetBucketVersioning", run: getBucketVersioning };
+      for (const sub of DEFAULT_DOCUMENT_SUBRESOURCES) {
+        if (query.has(sub)) return { name: `GetBucket.${sub}`, run: defaultDocument(sub)! };
+      }
       if (query.has("acl")) return { name: "GetBucketAcl", run: getBucketAcl };
       for (const sub of NOT_CONFIGURED_SUBRESOURCES) {
         if (query.has(sub)) return { name: `GetBucket.${sub}`, run: notConfigured(sub)! };

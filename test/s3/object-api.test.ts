@@ -2,7 +2,13 @@ import {
   CopyObjectCommand,
   CreateBucketCommand,
   DeleteObjectsCommand,
+  GetBucketAclCommand,
+  GetBucketLoggingCommand,
+  GetBucketPolicyCommand,
+  GetBucketRequestPaymentCommand,
+  GetBucketVersioningCommand,
   GetObjectCommand,
+  GetPublicAccessBlockCommand,
   HeadObjectCommand,
   ListObjectVersionsCommand,
   PutObjectCommand,
@@ -250,5 +256,29 @@ describe("checksums and versions", () => {
       ["v/a", "null", true],
       ["v/b", "null", true],
     ]);
+  });
+});
+
+describe("bucket settings fencegate does not manage", () => {
+  it("answers reads with S3's defaults for a bucket where nothing was configured", async () => {
+    expect((await s3.send(new GetBucketVersioningCommand({ Bucket: bucket }))).Status).toBeUndefined();
+    expect((await s3.send(new GetBucketRequestPaymentCommand({ Bucket: bucket }))).Payer).toBe("BucketOwner");
+    expect((await s3.send(new GetBucketLoggingCommand({ Bucket: bucket }))).LoggingEnabled).toBeUndefined();
+    const acl = await s3.send(new GetBucketAclCommand({ Bucket: bucket }));
+    expect(acl.Grants?.[0]).toMatchObject({ Permission: "FULL_CONTROL", Grantee: { Type: "CanonicalUser" } });
+    expect(await statusOf(s3.send(new GetBucketPolicyCommand({ Bucket: bucket })))).toEqual({
+      status: 404,
+      code: "NoSuchBucketPolicy",
+    });
+    expect(await statusOf(s3.send(new GetPublicAccessBlockCommand({ Bucket: bucket })))).toEqual({
+      status: 404,
+      code: "NoSuchPublicAccessBlockConfiguration",
+    });
+    expect(
+      await statusOf(s3.send(new GetBucketVersioningCommand({ Bucket: "no-such-bucket" }))),
+    ).toMatchObject({
+      status: 404,
+      code: "NoSuchBucket",
+    });
   });
 });

@@ -1,5 +1,6 @@
 import { DomainError } from "../../core/errors.js";
 import type { S3Operation } from "../context.js";
+import type { XmlNode } from "../xml.js";
 import { bucketOf, ownerOf } from "./buckets.js";
 import { objectTarget } from "./objects.js";
 
@@ -8,10 +9,25 @@ import { objectTarget } from "./objects.js";
  * them (sync, info, ls); they get what S3 says for a bucket where nothing was ever configured.
  */
 
-export const getBucketVersioning: S3Operation = async (req, { backend }) => {
-  await backend.headBucket(bucketOf(req));
-  return { status: 200, xml: { root: "VersioningConfiguration", body: {} } };
+/** Bucket settings whose S3 answer, when never configured, is a default document. */
+const DEFAULT_DOCUMENTS: Record<string, { root: string; body: XmlNode }> = {
+  versioning: { root: "VersioningConfiguration", body: {} },
+  requestPayment: { root: "RequestPaymentConfiguration", body: { Payer: "BucketOwner" } },
+  logging: { root: "BucketLoggingStatus", body: {} },
+  notification: { root: "NotificationConfiguration", body: {} },
+  accelerate: { root: "AccelerateConfiguration", body: {} },
 };
+
+export function defaultDocument(subresource: string): S3Operation | undefined {
+  const doc = DEFAULT_DOCUMENTS[subresource];
+  if (!doc) return undefined;
+  return async (req, { backend }) => {
+    await backend.headBucket(bucketOf(req));
+    return { status: 200, xml: doc };
+  };
+}
+
+export const DEFAULT_DOCUMENT_SUBRESOURCES = Object.keys(DEFAULT_DOCUMENTS);
 
 const fullControlAcl = (principal: string) => {
   const owner = ownerOf(principal);
@@ -60,6 +76,16 @@ const NOT_CONFIGURED: Record<string, [code: string, message: string]> = {
     "ServerSideEncryptionConfigurationNotFoundError",
     "The server side encryption configuration was not found",
   ],
+  "object-lock": [
+    "ObjectLockConfigurationNotFoundError",
+    "Object Lock configuration does not exist for this bucket",
+  ],
+  ownershipControls: ["OwnershipControlsNotFoundError", "The bucket ownership controls were not found"],
+  publicAccessBlock: [
+    "NoSuchPublicAccessBlockConfiguration",
+    "The public access block configuration was not found",
+  ],
+  replication: ["ReplicationConfigurationNotFoundError", "The replication configuration was not found"],
 };
 
 export function notConfigured(subresource: string): S3Operation | undefined {
