@@ -1,33 +1,23 @@
-import { CliError, clientFromEnv, EXIT, intOption, parse, printJson, withApiErrors } from "./shared.js";
-
-export const DEFAULT_TTL_MS = 30_000;
+import {
+  ACQUIRE_OPTIONS,
+  acquireRequest,
+  CliError,
+  clientFromEnv,
+  EXIT,
+  intOption,
+  parse,
+  printJson,
+  withApiErrors,
+} from "./shared.js";
 
 export async function leaseCommand(args: string[]): Promise<number> {
   const [sub, ...rest] = args;
   const client = clientFromEnv();
   switch (sub) {
     case "acquire": {
-      const { values } = parse(rest, {
-        bucket: { type: "string" },
-        key: { type: "string" },
-        prefix: { type: "string" },
-        "ttl-ms": { type: "string" },
-        "wait-ms": { type: "string" },
-        owner: { type: "string" },
-      });
-      if (!values.bucket) throw new CliError("--bucket is required", EXIT.usage);
-      if ((values.key === undefined) === (values.prefix === undefined)) {
-        throw new CliError("give exactly one of --key or --prefix", EXIT.usage);
-      }
-      const lease = await withApiErrors(() =>
-        client.acquire({
-          bucket: values.bucket!,
-          ...(values.key !== undefined ? { key: values.key } : { prefix: values.prefix }),
-          ttlMs: intOption("ttl-ms", values["ttl-ms"], DEFAULT_TTL_MS)!,
-          waitMs: intOption("wait-ms", values["wait-ms"], 0),
-          owner: values.owner,
-        }),
-      );
+      const { values } = parse(rest, ACQUIRE_OPTIONS);
+      const request = acquireRequest(values);
+      const lease = await withApiErrors(() => client.acquire(request));
       printJson(lease);
       return 0;
     }

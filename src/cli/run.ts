@@ -1,7 +1,14 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { type Lease, LeaseApiError } from "../client/lease-client.js";
-import { DEFAULT_TTL_MS } from "./lease.js";
-import { CliError, clientFromEnv, EXIT, intOption, parse, withApiErrors } from "./shared.js";
+import {
+  ACQUIRE_OPTIONS,
+  acquireRequest,
+  CliError,
+  clientFromEnv,
+  EXIT,
+  parse,
+  withApiErrors,
+} from "./shared.js";
 
 /** How long CMD gets to exit after SIGTERM when the lease is lost, before SIGKILL. */
 const KILL_GRACE_MS = 5_000;
@@ -19,30 +26,12 @@ export async function runCommand(args: string[]): Promise<number> {
       EXIT.usage,
     );
   }
-  const { values } = parse(args.slice(0, dashdash), {
-    bucket: { type: "string" },
-    key: { type: "string" },
-    prefix: { type: "string" },
-    "ttl-ms": { type: "string" },
-    "wait-ms": { type: "string" },
-    owner: { type: "string" },
-  });
+  const { values } = parse(args.slice(0, dashdash), ACQUIRE_OPTIONS);
   const [cmd, ...cmdArgs] = args.slice(dashdash + 1) as [string, ...string[]];
-  if (!values.bucket) throw new CliError("--bucket is required", EXIT.usage);
-  if ((values.key === undefined) === (values.prefix === undefined)) {
-    throw new CliError("give exactly one of --key or --prefix", EXIT.usage);
-  }
-  const ttlMs = intOption("ttl-ms", values["ttl-ms"], DEFAULT_TTL_MS)!;
+  const request = acquireRequest(values);
+  const ttlMs = request.ttlMs;
   const client = clientFromEnv();
-  const lease = await withApiErrors(() =>
-    client.acquire({
-      bucket: values.bucket!,
-      ...(values.key !== undefined ? { key: values.key } : { prefix: values.prefix }),
-      ttlMs,
-      waitMs: intOption("wait-ms", values["wait-ms"], 0),
-      owner: values.owner,
-    }),
-  );
+  const lease = await withApiErrors(() => client.acquire(request));
 
   const child = spawn(cmd, cmdArgs, {
     stdio: "inherit",

@@ -63,3 +63,31 @@ export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
     throw e;
   }
 }
+
+export const DEFAULT_TTL_MS = 30_000;
+
+/** The options of `lease acquire` and `run` that describe the lease. */
+export const ACQUIRE_OPTIONS = {
+  bucket: { type: "string" },
+  key: { type: "string" },
+  prefix: { type: "string" },
+  "ttl-ms": { type: "string" },
+  "wait-ms": { type: "string" },
+  owner: { type: "string" },
+} as const;
+
+type AcquireValues = { [K in keyof typeof ACQUIRE_OPTIONS]?: string };
+
+export function acquireRequest(values: AcquireValues) {
+  if (!values.bucket) throw new CliError("--bucket is required", EXIT.usage);
+  if ((values.key === undefined) === (values.prefix === undefined)) {
+    throw new CliError("give exactly one of --key or --prefix", EXIT.usage);
+  }
+  return {
+    bucket: values.bucket,
+    ...(values.key !== undefined ? { key: values.key } : { prefix: values.prefix }),
+    ttlMs: intOption("ttl-ms", values["ttl-ms"], DEFAULT_TTL_MS)!,
+    waitMs: intOption("wait-ms", values["wait-ms"], 0),
+    owner: values.owner,
+  };
+}
