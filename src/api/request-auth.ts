@@ -3,6 +3,7 @@ import type { Context } from "hono";
 import { DomainError } from "../core/errors.js";
 import { S3RequestError, UNSIGNED_PAYLOAD } from "../s3/auth/index.js";
 import type { RequestAuthenticator } from "../s3/request-auth.js";
+import { continueBody } from "../server/expect-continue.js";
 import type { ApiEnv } from "./lease-api.js";
 
 /** Lease API request bodies are small JSON documents. */
@@ -16,6 +17,7 @@ const MAX_BODY_BYTES = 64 * 1024;
 export function apiAuthenticator(auth: RequestAuthenticator) {
   return async (c: Context<ApiEnv>): Promise<{ principal: string; body: Buffer }> => {
     const incoming = c.env.incoming;
+    continueBody(incoming);
     const body = await readBody(c);
     const bodyHash = createHash("sha256").update(body).digest("hex");
     const headers = { ...incoming.headers };

@@ -3,6 +3,7 @@ import { Readable } from "node:stream";
 import type { Context } from "hono";
 import { validateObjectKey } from "../backends/key-rules.js";
 import type { Logger } from "../log.js";
+import { continueBody } from "../server/expect-continue.js";
 import { addressRequest } from "./addressing.js";
 import { EMPTY_SHA256 } from "./auth/index.js";
 import type { S3Request, S3Response, S3Services } from "./context.js";
@@ -53,7 +54,10 @@ export function s3Handler(opts: S3HandlerOptions) {
         headers: incoming.headers,
         body: incoming,
         principal: auth.accessKeyId,
-        decodeBody: () => opts.authenticator.decodeBody(incoming, incoming.headers, auth),
+        decodeBody: () => {
+          continueBody(incoming);
+          return opts.authenticator.decodeBody(incoming, incoming.headers, auth);
+        },
         log,
       };
       const op = selectOperation(req);

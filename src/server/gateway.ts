@@ -15,6 +15,7 @@ import { type S3Env, s3Handler } from "../s3/handler.js";
 import { createRequestAuthenticator } from "../s3/request-auth.js";
 import { installClientErrorHandler } from "./client-errors.js";
 import { openComponents } from "./components.js";
+import { installExpectContinue } from "./expect-continue.js";
 
 export type Gateway = {
   /** e.g. http://127.0.0.1:9700 */
@@ -109,6 +110,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     },
   }) as Server;
   installClientErrorHandler(server, log);
+  installExpectContinue(server);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(config.server.port, config.server.host, () => {

@@ -1,5 +1,5 @@
 import { createHash, createHmac } from "node:crypto";
-import { Agent } from "node:http";
+import { Agent, request as httpRequest } from "node:http";
 import {
   CreateBucketCommand,
   GetObjectCommand,
@@ -262,5 +262,54 @@ describe("metadata and listings", () => {
     expect(res.status).toBe(404);
     expect(res.body.length).toBe(0);
     expect(res.headers["x-amz-request-id"]).toMatch(/^[0-9A-F]{16}$/);
+  });
+});
+
+describe("Expect: 100-continue", () => {
+  /** Sends the headers, and the body only once the gateway answers 100 Continue. */
+  async function expectContinuePut(key: string, body: string, token: string | null) {
+    const signed = await signRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, key),
+      body,
+      headers: { expect: "100-continue", ...(token ? { "x-fence-token": token } : {}) },
+    });
+    const url = new URL(gw.url);
+    return new Promise<{ status: number; continued: boolean; text: string }>((resolve, reject) => {
+      let continued = false;
+      const req = httpRequest(
+        {
+          host: url.hostname,
+          port: Number(url.port),
+          method: "PUT",
+          path: signed.path,
+          headers: signed.headers,
+          agent: false,
+        },
+        (res) => {
+          let text = "";
+          res.on("data", (d) => {
+            text += d;
+          });
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, continued, text }));
+        },
+      );
+      req.on("continue", () => {
+        continued = true;
+        req.end(body);
+      });
+      req.on("error", reject);
+      req.flushHeaders();
+    });
+  }
+
+  it("refuses a write without asking for its body, and asks for the body of an accepted one", async () => {
+    const refused = await expectContinuePut("expect.txt", "never sent", null);
+    expect(refused).toMatchObject({ status: 428, continued: false });
+    expect(refused.text).toContain("<Code>FencingTokenRequired</Code>");
+    const accepted = await expectContinuePut("expect.txt", "sent after 100", lease.fencingToken);
+    expect(accepted).toMatchObject({ status: 200, continued: true });
+    const got = await gw.s3().send(new GetObjectCommand({ Bucket: bucket, Key: "expect.txt" }));
+    expect(await got.Body!.transformToString()).toBe("sent after 100");
   });
 });

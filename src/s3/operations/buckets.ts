@@ -22,7 +22,7 @@ export const listBuckets: S3Operation = async (req, { backend }) => {
 
 export const createBucket: S3Operation = async (req, { backend }) => {
   // The optional CreateBucketConfiguration (a location constraint) does not change anything here.
-  await drainBounded(req.body, 64 * 1024);
+  await drainBounded(req.decodeBody().stream, 64 * 1024);
   await backend.createBucket(bucketOf(req));
   return { status: 200, headers: { location: `/${bucketOf(req)}` } };
 };
