@@ -1,0 +1,326 @@
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { Lease } from "../../src/client/lease-client.js";
+import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+import {
+  auditRecords,
+  bucketLease,
+  clientEnv,
+  FIXTURES,
+  MiB,
+  md5Hex,
+  type RunResult,
+  randomData,
+  requireExecutable,
+  run,
+  type StartedClient,
+  start,
+  supersededLeases,
+  uploadAcrossTakeOver,
+  writeFile,
+} from "./helpers.js";
+
+/**
+ * Debian's python3-boto3 (1.26) against fencegate, through fixtures/boto3_client.py run by
+ * /usr/bin/python3 (a pyenv python3 earlier on PATH does not see Debian's packages). With
+ * Debian's awscli installed, botocore signs through awscrt; BOTO_DISABLE_CRT=true restores
+ * the pure-Python signer. Both are exercised.
+ *
+ * The token travels as `Metadata={"fence-token": …}` (ExtraArgs for the transfer manager): that
+ * covers put_object, copy_object and multipart uploads and copies, whose parts and completion
+ * are fenced with the lease the upload was bound to at CreateMultipartUpload. delete_object and
+ * delete_objects take no metadata: a before-sign handler adds the `x-fence-token` header.
+ */
+
+const PYTHON = "/usr/bin/python3";
+const SCRIPT = join(FIXTURES, "boto3_client.py");
+
+type StepError = {
+  code: string;
+  status?: number;
+  message: string;
+  highestToken?: string;
+  operation?: string;
+};
+type StepResult = Record<string, unknown> & {
+  error?: StepError;
+  crt?: boolean;
+  sent?: { op: string; headers: string[] }[];
+};
+
+let gw: TestGateway;
+let tmp: { path: string; cleanup(): void };
+
+let boto3Checked: Promise<void> | undefined;
+
+/** Fails every test with a clear message when Debian's python3 or its boto3 is missing. */
+function requireBoto3(): Promise<void> {
+  boto3Checked ??= (async () => {
+    requireExecutable(PYTHON, "python3");
+    const probe = await run(PYTHON, ["-c", "import boto3"], { env: clientEnv(join(tmp.path, "home")) });
+    if (probe.code !== 0) {
+      throw new Error(
+        `${PYTHON} cannot import boto3: install the Debian package python3-boto3\n${probe.stderr}`,
+      );
+    }
+  })();
+  return boto3Checked;
+}
+
+beforeAll(async () => {
+  tmp = tempDir("fencegate-boto3-");
+  gw = await startTestGateway();
+});
+
+afterAll(async () => {
+  await gw?.stop();
+  tmp?.cleanup();
+});
+
+const MODES: [string, Record<string, string>, boolean][] = [
+  ["awscrt signer, botocore's default here", {}, true],
+  ["pure-Python signer, BOTO_DISABLE_CRT=true", { BOTO_DISABLE_CRT: "true" }, false],
+];
+
+describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
+  const bucket = crt ? "boto3-crt" : "boto3-python";
+  let lease: Lease;
+
+  async function step(name: string, args: Record<string, unknown>): Promise<StepResult> {
+    await requireBoto3();
+    const r = await run(PYTHON, [SCRIPT, name, JSON.stringify({ endpoint: gw.url, bucket, ...args })], {
+      env: clientEnv(join(tmp.path, "home"), modeEnv),
+      timeoutMs: 90_000,
+    });
+    return parsed(name, r);
+  }
+
+  /** A step that reads its data from stdin, which the test feeds (requireBoto3 first). */
+  function stepStdin(name: string, args: Record<string, unknown>): StartedClient {
+    return start(PYTHON, [SCRIPT, name, JSON.stringify({ endpoint: gw.url, bucket, ...args })], {
+      env: clientEnv(join(tmp.path, "home"), modeEnv),
+      timeoutMs: 90_000,
+    });
+  }
+
+  function parsed(name: string, r: RunResult): StepResult {
+    let out: StepResult;
+    try {
+      out = JSON.parse(r.stdout) as StepResult;
+    } catch {
+      throw new Error(`boto3 step ${name} printed no result (exit ${r.code}):\n${r.stdout}\n${r.stderr}`);
+    }
+    expect(out.crt, "which signer botocore used").toBe(crt);
+    expect(r.code, JSON.stringify(out.error)).toBe(out.error ? 3 : 0);
+    return out;
+  }
+
+  async function ok(name: string, args: Record<string, unknown>): Promise<StepResult> {
+    const out = await step(name, args);
+    expect(out.error, `boto3 step ${name} failed`).toBeUndefined();
+    return out;
+  }
+
+  async function refused(name: string, args: Record<string, unknown>, code: string): Promise<StepError> {
+    const out = await step(name, args);
+    expect(out.error, `boto3 step ${name} should have been refused`).toBeDefined();
+    expect(out.error!.code).toBe(code);
+    return out.error!;
+  }
+
+  it("put_object with Metadata={'fence-token': …}, get_object, head_object, list_objects_v2", async () => {
+    await ok("create_bucket", {});
+    lease = await bucketLease(gw, bucket);
+    const put = await ok("put", {
+      key: "docs/a.txt",
+      body: "hello boto3\n",
+      meta_token: lease.fencingToken,
+      metadata: { owner: "py" },
+    });
+    expect(put.etag).toBe(`"${md5Hex("hello boto3\n")}"`);
+    await ok("put", { key: "docs/b.txt", body: "b\n", meta_token: lease.fencingToken });
+    await ok("put", { key: "docs/c.txt", body: "c\n", meta_token: lease.fencingToken });
+
+    const got = await ok("get", { key: "docs/a.txt" });
+    expect(got).toMatchObject({
+      body: "hello boto3\n",
+      etag: `"${md5Hex("hello boto3\n")}"`,
+      contentType: "text/plain",
+      metadata: { owner: "py" },
+    });
+    const head = await ok("head", { key: "docs/a.txt" });
+    expect(head.metadata).toEqual({ owner: "py" });
+
+    // One key per page: the paginator follows NextContinuationToken.
+    const list = await ok("list", { prefix: "docs/", page_size: 1 });
+    expect(list.objects).toEqual([
+      { key: "docs/a.txt", size: 12, etag: `"${md5Hex("hello boto3\n")}"` },
+      { key: "docs/b.txt", size: 2, etag: `"${md5Hex("b\n")}"` },
+      { key: "docs/c.txt", size: 2, etag: `"${md5Hex("c\n")}"` },
+    ]);
+    expect(list.pages).toBe(3);
+  });
+
+  it("upload_file of 20 MiB (multipart: 8 MiB threshold and parts) with ExtraArgs Metadata alone", async () => {
+    const data = randomData(20 * MiB);
+    const file = writeFile(join(tmp.path, `${bucket}-big.bin`), data);
+
+    const up = await ok("upload_file", {
+      key: "big/20mib.bin",
+      file,
+      meta_token: lease.fencingToken,
+      metadata: { kind: "big" },
+    });
+    expect(up).toMatchObject({ length: 20 * MiB, metadata: { kind: "big" } });
+    expect(up.etag).toMatch(/^"[0-9a-f]{32}-3"$/);
+    // Metadata reaches CreateMultipartUpload only; the parts and the completion carry no token.
+    const writes = up.sent!.filter((s) => s.op !== "HeadObject");
+    expect(writes.map((s) => s.op).sort()).toEqual([
+      "CompleteMultipartUpload",
+      "CreateMultipartUpload",
+      "UploadPart",
+      "UploadPart",
+      "UploadPart",
+    ]);
+    for (const s of writes) {
+      expect(s.headers).not.toContain("x-fence-token");
+      expect(s.headers.includes("x-amz-meta-fence-token")).toBe(s.op === "CreateMultipartUpload");
+    }
+
+    const records = await auditRecords(gw, { bucket, key: "big/20mib.bin" });
+    expect(records.map((r) => [r.op, r.decision, r.token])).toEqual([
+      ["CreateMultipartUpload", "accepted", lease.token],
+      ["UploadPart", "accepted", lease.token],
+      ["UploadPart", "accepted", lease.token],
+      ["UploadPart", "accepted", lease.token],
+      ["CompleteMultipartUpload", "accepted", lease.token],
+    ]);
+    const completes = await auditRecords(gw, { bucket, key: "big/20mib.bin", op: "CompleteMultipartUpload" });
+    expect(completes.map((c) => [c.decision, c.token])).toEqual([["accepted", lease.token]]);
+
+    const down = await ok("download_file", {
+      key: "big/20mib.bin",
+      file: join(tmp.path, `${bucket}-big.down`),
+    });
+    expect(down.md5).toBe(md5Hex(data));
+
+    // Without a token the upload is refused at once, at CreateMultipartUpload.
+    const refusedUpload = await refused(
+      "upload_file",
+      { key: "big/unfenced.bin", file },
+      "FencingTokenRequired",
+    );
+    expect(refusedUpload.operation).toBe("CreateMultipartUpload");
+    expect((await ok("list", { prefix: "big/" })).objects).toEqual([
+      expect.objectContaining({ key: "big/20mib.bin", size: 20 * MiB }),
+    ]);
+  });
+
+  it("copy_object with Metadata (REPLACE); managed copy of 20 MiB (UploadPartCopy) with ExtraArgs Metadata alone", async () => {
+    const copy = await ok("copy", {
+      source_key: "docs/a.txt",
+      key: "copies/a.txt",
+      meta_token: lease.fencingToken,
+      metadata: { copied: "yes" },
+    });
+    expect(copy).toMatchObject({ etag: `"${md5Hex("hello boto3\n")}"`, metadata: { copied: "yes" } });
+    await refused("copy", { source_key: "docs/a.txt", key: "copies/unfenced.txt" }, "FencingTokenRequired");
+
+    const big = await ok("copy", {
+      source_key: "big/20mib.bin",
+      key: "copies/20mib.bin",
+      managed: true,
+      meta_token: lease.fencingToken,
+    });
+    expect(big.length).toBe(20 * MiB);
+    expect(big.etag).toMatch(/-3"$/);
+    const partCopies = big.sent!.filter((s) => s.op === "UploadPartCopy");
+    expect(partCopies).toHaveLength(3);
+    for (const s of partCopies) expect(s.headers).not.toContain("x-fence-token");
+    const copies = await auditRecords(gw, { bucket, key: "copies/20mib.bin", op: "UploadPartCopy" });
+    expect(copies.map((c) => [c.decision, c.token])).toEqual([
+      ["accepted", lease.token],
+      ["accepted", lease.token],
+      ["accepted", lease.token],
+    ]);
+    const completes = await auditRecords(gw, {
+      bucket,
+      key: "copies/20mib.bin",
+      op: "CompleteMultipartUpload",
+    });
+    expect(completes.map((c) => [c.decision, c.token])).toEqual([["accepted", lease.token]]);
+    const down = await ok("download_file", {
+      key: "copies/20mib.bin",
+      file: join(tmp.path, `${bucket}-copy.down`),
+    });
+    const orig = await ok("download_file", {
+      key: "big/20mib.bin",
+      file: join(tmp.path, `${bucket}-orig.down`),
+    });
+    expect(down.md5).toBe(orig.md5);
+  });
+
+  it("delete_object: refused without a token, accepted with the x-fence-token header; delete_objects too", async () => {
+    const err = await refused("delete", { key: "docs/a.txt" }, "FencingTokenRequired");
+    expect(err.status).toBe(428);
+    const del = await ok("delete", { key: "docs/a.txt", header_token: lease.fencingToken });
+    expect(del.status).toBe(204);
+    const multi = await ok("delete_objects", {
+      keys: ["docs/b.txt", "docs/c.txt"],
+      header_token: lease.fencingToken,
+    });
+    expect(multi).toMatchObject({ deleted: ["docs/b.txt", "docs/c.txt"], errors: [] });
+    expect((await ok("list", { prefix: "docs/" })).objects).toEqual([]);
+  });
+
+  it("a stale token is refused with 409 StaleFencingToken (ClientError); the object keeps the newer write", async () => {
+    const staleBucket = `${bucket}-stale`;
+    await ok("create_bucket", { bucket: staleBucket });
+    const { stale, fresh } = await supersededLeases(gw, staleBucket);
+    await ok("put", { bucket: staleBucket, key: "k", body: "fresh", meta_token: fresh.fencingToken });
+
+    const put = await refused(
+      "put",
+      { bucket: staleBucket, key: "k", body: "stale", meta_token: stale.fencingToken },
+      "StaleFencingToken",
+    );
+    expect(put).toMatchObject({ status: 409, highestToken: String(fresh.token), operation: "PutObject" });
+    const del = await refused(
+      "delete",
+      { bucket: staleBucket, key: "k", header_token: stale.fencingToken },
+      "StaleFencingToken",
+    );
+    expect(del.status).toBe(409);
+    // Multipart: refused at CreateMultipartUpload, before any part is sent.
+    const file = writeFile(join(tmp.path, `${bucket}-stale-big.bin`), randomData(12 * MiB));
+    const mp = await refused(
+      "upload_file",
+      { bucket: staleBucket, key: "k", file, meta_token: stale.fencingToken },
+      "StaleFencingToken",
+    );
+    expect(mp.operation).toBe("CreateMultipartUpload");
+    expect((await ok("get", { bucket: staleBucket, key: "k" })).body).toBe("fresh");
+    const rejected = await auditRecords(gw, { bucket: staleBucket, decision: "rejected" });
+    expect(rejected.map((r) => [r.op, r.reason, r.token])).toEqual([
+      ["PutObject", "StaleFencingToken", stale.token],
+      ["DeleteObject", "StaleFencingToken", stale.token],
+      ["CreateMultipartUpload", "StaleFencingToken", stale.token],
+    ]);
+  });
+
+  it("lease lost during upload_fileobj(stdin) with ExtraArgs Metadata alone: the next part is refused with 409", async () => {
+    const lostBucket = `${bucket}-lost`;
+    await ok("create_bucket", { bucket: lostBucket });
+    const old = await bucketLease(gw, lostBucket);
+    await requireBoto3();
+    const { result } = await uploadAcrossTakeOver(gw, {
+      lease: old,
+      key: "stream.bin",
+      partSize: 8 * MiB,
+      launch: () =>
+        stepStdin("upload_stdin", { bucket: lostBucket, key: "stream.bin", meta_token: old.fencingToken }),
+    });
+    const out = parsed("upload_stdin", result);
+    expect(out.error).toMatchObject({ code: "StaleFencingToken", operation: "UploadPart" });
+  });
+});
