@@ -13,7 +13,6 @@ export function decodeMetadataValue(raw: string): string {
     const decoded = decodeEncodedWord(word[1]!, word[2]!, word[3]!);
     if (decoded !== null) return decoded;
   }
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: the ASCII range test is the point
   if (/^[\x00-\x7f]*$/.test(raw)) return raw;
   try {
     return utf8.decode(Buffer.from(raw, "latin1"));
