@@ -18,7 +18,6 @@ const { values } = parseArgs({
   options: { seconds: { type: "string", default: "5" }, concurrency: { type: "string", default: "16" } },
 });
 const SECONDS = Number(values.seconds);
-const DEBUG = !!process.env.BENCH_DEBUG;
 const CONCURRENCY = Number(values.concurrency);
 const CREDS = { accessKeyId: "fencegate", secretAccessKey: "fencegate-secret" };
 const ROOT = resolve(import.meta.dirname, "..");
@@ -63,7 +62,6 @@ async function run(target: Target, op: "put" | "get", size: number): Promise<Res
           await res.Body!.transformToByteArray();
         }
         ops++;
-        if (DEBUG && ops % 100 === 0) console.error(target.name, op, ops);
       }
     }),
   );
