@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from "node:http";
 import type { Readable } from "node:stream";
 import { DomainError } from "../core/errors.js";
 
@@ -20,4 +21,16 @@ export async function readBounded(body: Readable, limit: number): Promise<Buffer
 
 export async function drainBounded(body: Readable, limit: number): Promise<void> {
   await readBounded(body, limit);
+}
+
+/**
+ * S3 refuses an object upload that declares no length: neither Content-Length nor chunked
+ * transfer encoding (whose length the aws-chunked framing or the stream end gives).
+ */
+export function requireDeclaredLength(headers: IncomingHttpHeaders): void {
+  if (headers["content-length"] === undefined && headers["transfer-encoding"] === undefined) {
+    throw new DomainError("InvalidRequest", "You must provide the Content-Length HTTP header.", {
+      s3Code: "MissingContentLength",
+    });
+  }
 }

@@ -1,5 +1,6 @@
 import { createHash, createHmac } from "node:crypto";
 import { Agent, request as httpRequest } from "node:http";
+import { connect } from "node:net";
 import {
   CreateBucketCommand,
   GetObjectCommand,
@@ -311,5 +312,33 @@ describe("Expect: 100-continue", () => {
     expect(accepted).toMatchObject({ status: 200, continued: true });
     const got = await gw.s3().send(new GetObjectCommand({ Bucket: bucket, Key: "expect.txt" }));
     expect(await got.Body!.transformToString()).toBe("sent after 100");
+  });
+});
+
+describe("declared lengths", () => {
+  it("refuses an object upload without Content-Length or chunked encoding with 411 MissingContentLength", async () => {
+    const signed = await signRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "no-length.txt"),
+      headers: { "x-fence-token": lease.fencingToken },
+    });
+    const url = new URL(gw.url);
+    const head = [`PUT ${signed.path} HTTP/1.1`];
+    for (const [k, v] of Object.entries(signed.headers as Record<string, string>)) {
+      if (k.toLowerCase() !== "content-length") head.push(`${k}: ${v}`);
+    }
+    const response = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(url.port), url.hostname, () => {
+        socket.write(`${head.join("\r\n")}\r\nconnection: close\r\n\r\n`);
+      });
+      let text = "";
+      socket.on("data", (d) => {
+        text += d;
+      });
+      socket.on("end", () => resolve(text));
+      socket.on("error", reject);
+    });
+    expect(response).toMatch(/^HTTP\/1\.1 411 /);
+    expect(response).toContain("<Code>MissingContentLength</Code>");
   });
 });

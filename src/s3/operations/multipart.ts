@@ -12,7 +12,7 @@ import type { WriteContext } from "../../fence/write-fencer.js";
 import { header, type S3Operation, type S3Request } from "../context.js";
 import { fenceTokenOf } from "../fence-token.js";
 import { metadataFromHeaders } from "../object-headers.js";
-import { readBounded } from "../request-body.js";
+import { readBounded, requireDeclaredLength } from "../request-body.js";
 import type { XmlNode } from "../xml.js";
 import { ownerOf } from "./buckets.js";
 
@@ -80,6 +80,7 @@ export const createMultipartUpload: S3Operation = async (req, { backend, fencer 
 
 export const uploadPart: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = target(req);
+  requireDeclaredLength(req.headers);
   const store = multipartOf(backend);
   const partNumber = partNumberOf(req);
   const uploadId = uploadIdOf(req);

@@ -5,11 +5,13 @@ import { header, type S3Operation, type S3Request } from "../context.js";
 import { fenceTokenOf } from "../fence-token.js";
 import { metadataFromHeaders, objectResponseHeaders } from "../object-headers.js";
 import { parseRange } from "../range.js";
+import { requireDeclaredLength } from "../request-body.js";
 
 export const putObject: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   const tokenString = fenceTokenOf(req);
   const metadata = metadataFromHeaders(req.headers);
+  requireDeclaredLength(req.headers);
   // Refuse a write to a missing bucket before anything else, without reading the body.
   await backend.headBucket(bucket);
   let written: Record<string, string> = {};
