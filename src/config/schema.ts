@@ -71,6 +71,15 @@ export const configSchema = z
       .refine((l) => l.minTtlMs <= l.maxTtlMs, { message: "minTtlMs must not exceed maxTtlMs" })
       .default({ minTtlMs: 500, maxTtlMs: 3_600_000, maxWaitMs: 60_000 }),
     backend: z.discriminatedUnion("type", [fsBackend, s3Backend, azureBackend]).default({ type: "fs" }),
+    multipart: z
+      .object({
+        /** Uploads neither completed nor aborted are removed after this long. */
+        maxAgeMs: z.number().int().min(60_000).default(86_400_000),
+        /** How often abandoned uploads are looked for (0: never). */
+        sweepIntervalMs: z.number().int().min(0).default(600_000),
+      })
+      .strict()
+      .default({ maxAgeMs: 86_400_000, sweepIntervalMs: 600_000 }),
     leaseStore: leaseStore.default({ type: "embedded" }),
     log: z
       .object({

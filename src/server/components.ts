@@ -40,6 +40,8 @@ export async function openComponents(
       dataDir: config.backend.root ?? config.dataDir,
       db,
       clock: ctx.clock,
+      multipartMaxAgeMs: config.multipart.maxAgeMs,
+      multipartSweepIntervalMs: config.multipart.sweepIntervalMs,
     });
     const leaseStore = createEmbeddedLeaseStore({ db, clock: ctx.clock });
     const audit = createEmbeddedAuditLog({ db, gatewayId: ctx.gatewayId, clock: ctx.clock });
