@@ -3,6 +3,9 @@ import { DEV_ACCESS_KEY_ID, DEV_SECRET_ACCESS_KEY } from "../config/resolve.js";
 import { startGateway } from "../server/gateway.js";
 import { CliError, intOption, parse } from "./shared.js";
 
+/** Requests in flight at SIGTERM/SIGINT get this long to finish. */
+const SHUTDOWN_GRACE_MS = 10_000;
+
 export async function serveCommand(args: string[]): Promise<number> {
   const { values } = parse(args, {
     config: { type: "string" },
@@ -49,7 +52,7 @@ export async function serveCommand(args: string[]): Promise<number> {
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       process.stderr.write(`fencegate: ${signal}, shutting down\n`);
-      gateway.close().then(resolve, resolve);
+      gateway.close(SHUTDOWN_GRACE_MS).then(resolve, resolve);
     };
     process.once("SIGINT", () => stop("SIGINT"));
     process.once("SIGTERM", () => stop("SIGTERM"));

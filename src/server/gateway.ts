@@ -24,7 +24,11 @@ export type Gateway = {
   port: number;
   gatewayId: string;
   server: Server;
-  close(): Promise<void>;
+  /**
+   * Stops accepting connections, lets requests in flight finish for up to `graceMs`, then
+   * drops the rest (an unfinished upload commits nothing) and closes the stores.
+   */
+  close(graceMs?: number): Promise<void>;
 };
 
 export type StartOptions = {
@@ -129,12 +133,15 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   sweeper.unref();
 
   let closing: Promise<void> | undefined;
-  const close = () => {
+  const close = (graceMs = 0) => {
     closing ??= (async () => {
       clearInterval(sweeper);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
-        server.closeAllConnections();
+        server.closeIdleConnections();
+        const force = setTimeout(() => server.closeAllConnections(), graceMs);
+        force.unref();
+        server.once("close", () => clearTimeout(force));
       });
       await components.close();
     })();
