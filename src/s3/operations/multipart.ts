@@ -15,6 +15,7 @@ import { metadataFromHeaders } from "../object-headers.js";
 import { readBounded, requireDeclaredLength } from "../request-body.js";
 import type { XmlNode } from "../xml.js";
 import { ownerOf } from "./buckets.js";
+import { copySource } from "./copy-object.js";
 
 /**
  * S3 multipart uploads, fenced (contract: CreateMultipartUpload, UploadPart and
@@ -97,7 +98,7 @@ export const uploadPartCopy: S3Operation = async (req, { backend, fencer }) => {
   const store = multipartOf(backend);
   const partNumber = partNumberOf(req);
   const uploadId = uploadIdOf(req);
-  const source = copySourceOf(req);
+  const source = copySource(req);
   const range = copySourceRangeOf(req);
   await backend.headBucket(bucket);
   const ctx = await boundWriteContext(req, "UploadPartCopy", store, uploadId);
@@ -367,31 +368,6 @@ function partNumberOf(req: S3Request): number {
   assertPartNumber(n);
   return n;
 }
-
-/** `/bucket/key` or `bucket/key`, URL-encoded; a versionId other than "null" is not served. */
-function copySourceOf(req: S3Request): { bucket: string; key: string } {
-  const raw = header(req, "x-amz-copy-source") ?? "";
-  const [path = "", query = ""] = raw.split("?", 2);
-  const versionId = new URLSearchParams(query).get("versionId");
-  if (versionId !== null && versionId !== "null") {
-    throw new DomainError("NotImplemented", "fencegate does not keep object versions");
-  }
-  let decoded: string;
-  try {
-    decoded = decodeURIComponent(path).replace(/^\//, "");
-  } catch {
-    throw invalidCopySource();
-  }
-  const slash = decoded.indexOf("/");
-  if (slash <= 0 || slash === decoded.length - 1) throw invalidCopySource();
-  return { bucket: decoded.slice(0, slash), key: decoded.slice(slash + 1) };
-}
-
-const invalidCopySource = () =>
-  new DomainError(
-    "InvalidArgument",
-    "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
-  );
 
 /** S3 accepts only `bytes=first-last` here (no open ends, no suffixes). */
 function copySourceRangeOf(req: S3Request): { start: number; end: number } | undefined {
