@@ -3,7 +3,7 @@ import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { leaseState } from "../leases/lease-rules.js";
-import type { LeaseRecord, LeaseResource, LeaseStore } from "../leases/lease-store.js";
+import type { LeaseEventHook, LeaseRecord, LeaseResource, LeaseStore } from "../leases/lease-store.js";
 import { type Keyring, signFencingToken } from "./tokens.js";
 
 export type LeaseLimits = { minTtlMs: number; maxTtlMs: number; maxWaitMs: number };
@@ -40,6 +40,11 @@ export type LeaseServiceOptions = {
   limits: LeaseLimits;
   /** How often a waiting acquire retries when nothing wakes it sooner. */
   pollMs?: number;
+  /**
+   * Appends an audit record synchronously inside the lease store's own transaction, when both
+   * live in one embedded database: a lease event and its record then commit together.
+   */
+  appendInCommit?: (draft: AuditDraft) => void;
 };
 
 /**
@@ -67,13 +72,13 @@ export class LeaseService {
     }
     const deadline = this.opts.clock() + req.waitMs;
     for (;;) {
-      const result = await this.opts.store.tryAcquire({
-        resource: req.resource,
-        ttlMs: req.ttlMs,
-        owner: req.owner,
-      });
+      const event = this.event("LeaseAcquired", caller);
+      const result = await this.opts.store.tryAcquire(
+        { resource: req.resource, ttlMs: req.ttlMs, owner: req.owner },
+        event.hook,
+      );
       if (result.granted) {
-        await this.record("LeaseAcquired", result.lease, caller);
+        await event.recordIfNotYet(result.lease);
         return this.view(result.lease);
       }
       const now = this.opts.clock();
@@ -112,8 +117,9 @@ export class LeaseService {
     const ttl = ttlMs ?? existing.ttlMs;
     this.checkTtl(ttl);
     try {
-      const lease = await this.opts.store.renew(leaseId, ttl);
-      await this.record("LeaseRenewed", lease, caller);
+      const event = this.event("LeaseRenewed", caller);
+      const lease = await this.opts.store.renew(leaseId, ttl, event.hook);
+      await event.recordIfNotYet(lease);
       return this.view(lease);
     } catch (e) {
       if (e instanceof DomainError && e.code === "LeaseLost") {
@@ -124,8 +130,9 @@ export class LeaseService {
   }
 
   async release(leaseId: string, caller: Caller): Promise<void> {
-    const lease = await this.opts.store.release(leaseId);
-    await this.record("LeaseReleased", lease, caller);
+    const event = this.event("LeaseReleased", caller);
+    const lease = await this.opts.store.release(leaseId, event.hook);
+    await event.recordIfNotYet(lease);
     this.changes.emit("change");
   }
 
@@ -136,9 +143,9 @@ export class LeaseService {
 
   /** Audits leases that ran out without being released (called periodically). */
   async sweepExpired(): Promise<number> {
-    const expired = await this.opts.store.collectExpired();
-    for (const lease of expired)
-      await this.record("LeaseExpired", lease, { principal: null, requestId: null });
+    const event = this.event("LeaseExpired", { principal: null, requestId: null });
+    const expired = await this.opts.store.collectExpired(event.hook);
+    for (const lease of expired) await event.recordIfNotYet(lease);
     if (expired.length > 0) this.changes.emit("change");
     return expired.length;
   }
@@ -186,13 +193,43 @@ export class LeaseService {
     });
   }
 
+  /**
+   * An accepted lease event: recorded inside the store's transaction when the audit log can
+   * join it (the hook), otherwise right after the store returns.
+   */
+  private event(op: string, caller: Caller) {
+    const appendInCommit = this.opts.appendInCommit;
+    const recorded = new Set<string>();
+    const hook: LeaseEventHook | undefined = appendInCommit
+      ? (lease) => {
+          appendInCommit(this.draft(op, lease, caller));
+          recorded.add(lease.leaseId);
+        }
+      : undefined;
+    return {
+      hook,
+      recordIfNotYet: async (lease: LeaseRecord) => {
+        if (!recorded.has(lease.leaseId)) await this.record(op, lease, caller);
+      },
+    };
+  }
+
   private async record(
     op: string,
     lease: LeaseRecord,
     caller: Caller,
     outcome: Pick<AuditDraft, "decision" | "reason"> = { decision: "accepted", reason: null },
   ): Promise<void> {
-    await this.opts.audit.append({
+    await this.opts.audit.append(this.draft(op, lease, caller, outcome));
+  }
+
+  private draft(
+    op: string,
+    lease: LeaseRecord,
+    caller: Caller,
+    outcome: Pick<AuditDraft, "decision" | "reason"> = { decision: "accepted", reason: null },
+  ): AuditDraft {
+    return {
       op,
       bucket: lease.bucket,
       key: lease.key ?? null,
@@ -204,7 +241,7 @@ export class LeaseService {
       requestId: caller.requestId,
       highestToken: null,
       ...outcome,
-    });
+    };
   }
 
   private async recordFor(

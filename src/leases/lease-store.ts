@@ -32,20 +32,28 @@ export type AcquireInput = {
 
 export type AcquireResult = { granted: true; lease: LeaseRecord } | { granted: false; heldBy: LeaseRecord };
 
+/**
+ * Called synchronously inside the store's atomic step for a lease event (grant, renewal,
+ * release, expiry report), before it is made durable; throwing aborts the step. A store kept in
+ * the embedded database calls it, so that the audit record commits with the event. Stores that
+ * cannot run code atomically with their updates do not; the caller then records afterwards.
+ */
+export type LeaseEventHook = (lease: LeaseRecord) => void;
+
 export interface LeaseStore {
   readonly kind: string;
 
   /** One attempt, no waiting: grants when no active overlapping lease exists. */
-  tryAcquire(input: AcquireInput): Promise<AcquireResult>;
+  tryAcquire(input: AcquireInput, inCommit?: LeaseEventHook): Promise<AcquireResult>;
 
   /** The lease, active or not, as long as the store still remembers it. */
   get(leaseId: string): Promise<LeaseRecord | null>;
 
   /** Extends an active lease. Throws DomainError LeaseNotFound, or LeaseLost when expired/released/superseded. */
-  renew(leaseId: string, ttlMs: number): Promise<LeaseRecord>;
+  renew(leaseId: string, ttlMs: number, inCommit?: LeaseEventHook): Promise<LeaseRecord>;
 
   /** Ends a lease. Throws DomainError LeaseNotFound when unknown or already ended. */
-  release(leaseId: string): Promise<LeaseRecord>;
+  release(leaseId: string, inCommit?: LeaseEventHook): Promise<LeaseRecord>;
 
   /** Active leases in a bucket (all buckets when omitted) whose resource starts with `prefix`. */
   list(filter: { bucket?: string; prefix?: string }): Promise<LeaseRecord[]>;
@@ -60,7 +68,7 @@ export interface LeaseStore {
    * Leases that have expired without being released and were not reported before; each is
    * reported once (by one replica), so that a LeaseExpired event can be audited.
    */
-  collectExpired(): Promise<LeaseRecord[]>;
+  collectExpired(inCommit?: LeaseEventHook): Promise<LeaseRecord[]>;
 
   /** Throws when the store cannot be reached (health checks). */
   ping(): Promise<void>;

@@ -14,7 +14,10 @@ export type Components = {
   backend: StorageBackend;
   leaseStore: LeaseStore;
   audit: AuditLog;
-  /** Set when the audit log can join the backend's commit transaction (same embedded db). */
+  /**
+   * Set when the audit log can join the backend's and the lease store's transactions (all
+   * three in one embedded database).
+   */
   appendInCommit?: (draft: AuditDraft) => void;
   close(): Promise<void>;
 };

@@ -63,6 +63,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     keyring: secrets.keyring,
     clock,
     limits: config.leases,
+    appendInCommit: components.appendInCommit,
   });
   const authenticator = createRequestAuthenticator({ credentials: secrets.credentials, clock });
 

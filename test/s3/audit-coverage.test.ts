@@ -5,6 +5,7 @@ import { createEmbeddedAuditLog } from "../../src/audit/embedded/embedded-audit-
 import { createFsBackend } from "../../src/backends/fs/index.js";
 import { fakeClock } from "../../src/core/clock.js";
 import { openEmbeddedDb } from "../../src/embedded/db.js";
+import { LeaseService } from "../../src/fence/lease-service.js";
 import { makeKeyring, signFencingToken } from "../../src/fence/tokens.js";
 import { WriteFencer } from "../../src/fence/write-fencer.js";
 import { createEmbeddedLeaseStore } from "../../src/leases/embedded/embedded-lease-store.js";
@@ -108,5 +109,53 @@ describe("refusals before the fencing decision", () => {
       reason: "NoSuchBucket",
       principal: "fencegate",
     });
+  });
+});
+
+describe("lease events and their records", () => {
+  it("grants, renews, releases and reports expiry only together with the audit record", async () => {
+    const dir = tempDir();
+    const db = openEmbeddedDb({ dataDir: dir.path });
+    cleanups.push(() => {
+      db.close();
+      dir.cleanup();
+    });
+    const clock = fakeClock();
+    const store = createEmbeddedLeaseStore({ db, clock });
+    const audit = createEmbeddedAuditLog({ db, gatewayId: "gw-test", clock });
+    let failRecording = true;
+    const leases = new LeaseService({
+      store,
+      audit,
+      keyring: makeKeyring([{ id: "k1", secret: Buffer.alloc(32, 1) }]),
+      clock,
+      limits: { minTtlMs: 500, maxTtlMs: 60_000, maxWaitMs: 0 },
+      appendInCommit: (draft) => {
+        if (failRecording) throw new Error("disk full");
+        audit.appendSync(draft);
+      },
+    });
+    const caller = { principal: "p", requestId: "r" };
+    const acquire = () =>
+      leases.acquire({ resource: { bucket: "bkt", key: "k" }, ttlMs: 1_000, waitMs: 0, owner: "o" }, caller);
+
+    await expect(acquire()).rejects.toThrow("disk full");
+    expect(await store.list({ bucket: "bkt" })).toEqual([]);
+    failRecording = false;
+    const lease = await acquire();
+    failRecording = true;
+    await expect(leases.renew(lease.leaseId, 2_000, caller)).rejects.toThrow("disk full");
+    expect((await store.get(lease.leaseId))?.ttlMs).toBe(1_000);
+    await expect(leases.release(lease.leaseId, caller)).rejects.toThrow("disk full");
+    expect((await store.get(lease.leaseId))?.releasedAt).toBeUndefined();
+    clock.advance(5_000);
+    await expect(leases.sweepExpired()).rejects.toThrow("disk full");
+    failRecording = false;
+    expect(await leases.sweepExpired()).toBe(1);
+    const records = (await audit.query({ limit: 100 })).records.map((r) => [r.op, r.leaseId]);
+    expect(records).toEqual([
+      ["LeaseAcquired", lease.leaseId],
+      ["LeaseExpired", lease.leaseId],
+    ]);
   });
 });

@@ -3,7 +3,14 @@ import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
 import { overlaps, prefixSuccessor, resourceOf } from "../lease-rules.js";
-import type { AcquireInput, AcquireResult, LeaseRecord, LeaseResource, LeaseStore } from "../lease-store.js";
+import type {
+  AcquireInput,
+  AcquireResult,
+  LeaseEventHook,
+  LeaseRecord,
+  LeaseResource,
+  LeaseStore,
+} from "../lease-store.js";
 import { createRetentionSweep } from "./retention.js";
 import { ACTIVE_SQL, isActiveRow, LEASE_COLUMNS, type LeaseRow, rowResource, toLeaseRecord } from "./rows.js";
 import { migrateLeaseTables } from "./schema.js";
@@ -100,49 +107,68 @@ export function createEmbeddedLeaseStore({
     return overlapping(resource, ACTIVE_SQL, { now })[0];
   }
 
-  const acquire = db.transaction((input: AcquireInput, now: number): AcquireResult => {
-    const held = findActiveOverlapping(input.resource, now);
-    if (held) return { granted: false, heldBy: toLeaseRecord(held) };
-    const { value: token } = nextToken.get()!;
-    const lease: LeaseRecord = {
-      leaseId: randomBytes(16).toString("base64url"),
-      ...resourceOf(input.resource),
-      owner: input.owner,
-      token,
-      ttlMs: input.ttlMs,
-      acquiredAt: now,
-      expiresAt: now + input.ttlMs,
-    };
-    insertLease.run({ ...lease, key: lease.key ?? null, prefix: lease.prefix ?? null });
-    return { granted: true, lease };
-  });
+  const acquire = db.transaction(
+    (input: AcquireInput, now: number, inCommit?: LeaseEventHook): AcquireResult => {
+      const held = findActiveOverlapping(input.resource, now);
+      if (held) return { granted: false, heldBy: toLeaseRecord(held) };
+      const { value: token } = nextToken.get()!;
+      const lease: LeaseRecord = {
+        leaseId: randomBytes(16).toString("base64url"),
+        ...resourceOf(input.resource),
+        owner: input.owner,
+        token,
+        ttlMs: input.ttlMs,
+        acquiredAt: now,
+        expiresAt: now + input.ttlMs,
+      };
+      insertLease.run({ ...lease, key: lease.key ?? null, prefix: lease.prefix ?? null });
+      inCommit?.(lease);
+      return { granted: true, lease };
+    },
+  );
 
-  const renewTx = db.transaction((leaseId: string, ttlMs: number, now: number): LeaseRecord => {
-    const row = byId.get(leaseId);
-    if (!row) throw notFound(leaseId);
-    if (row.released_at !== null) {
-      throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
-    }
-    if (!isActiveRow(row, now)) {
-      throw new DomainError(
-        "LeaseLost",
-        `lease ${leaseId} expired at ${new Date(row.expires_at).toISOString()}`,
-        {
-          leaseId,
-          reason: "expired",
-        },
-      );
-    }
-    const expiresAt = now + ttlMs;
-    extend.run({ id: leaseId, expiresAt, ttlMs });
-    return toLeaseRecord({ ...row, expires_at: expiresAt, ttl_ms: ttlMs });
-  });
+  const renewTx = db.transaction(
+    (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
+      const row = byId.get(leaseId);
+      if (!row) throw notFound(leaseId);
+      if (row.released_at !== null) {
+        throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
+      }
+      if (!isActiveRow(row, now)) {
+        throw new DomainError(
+          "LeaseLost",
+          `lease ${leaseId} expired at ${new Date(row.expires_at).toISOString()}`,
+          {
+            leaseId,
+            reason: "expired",
+          },
+        );
+      }
+      const expiresAt = now + ttlMs;
+      extend.run({ id: leaseId, expiresAt, ttlMs });
+      const lease = toLeaseRecord({ ...row, expires_at: expiresAt, ttl_ms: ttlMs });
+      inCommit?.(lease);
+      return lease;
+    },
+  );
 
-  const releaseTx = db.transaction((leaseId: string, now: number): LeaseRecord => {
+  const releaseTx = db.transaction((leaseId: string, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
     const row = byId.get(leaseId);
     if (!row || row.released_at !== null) throw notFound(leaseId);
     markReleased.run({ id: leaseId, now });
-    return toLeaseRecord(byId.get(leaseId)!);
+    const lease = toLeaseRecord(byId.get(leaseId)!);
+    inCommit?.(lease);
+    return lease;
+  });
+
+  const collectTx = db.transaction((now: number, inCommit?: LeaseEventHook): LeaseRecord[] => {
+    const reported = reportExpired
+      .all({ now })
+      .sort((a, b) => a.token - b.token)
+      .map(toLeaseRecord);
+    // Marked reported and audited in one step: an expiry is never reported without its record.
+    if (inCommit) for (const lease of reported) inCommit(lease);
+    return reported;
   });
 
   const sweepTx = db.transaction(createRetentionSweep(db, retainMs));
@@ -165,11 +191,11 @@ export function createEmbeddedLeaseStore({
   return {
     kind: "embedded",
 
-    async tryAcquire(input) {
+    async tryAcquire(input, inCommit) {
       const now = open();
       validateAcquire(input);
       maybeSweep(now);
-      return acquire.immediate(input, now);
+      return acquire.immediate(input, now, inCommit);
     },
 
     async get(leaseId) {
@@ -178,15 +204,15 @@ export function createEmbeddedLeaseStore({
       return row ? toLeaseRecord(row) : null;
     },
 
-    async renew(leaseId, ttlMs) {
+    async renew(leaseId, ttlMs, inCommit) {
       const now = open();
       validateTtl(ttlMs);
-      return renewTx.immediate(leaseId, ttlMs, now);
+      return renewTx.immediate(leaseId, ttlMs, now, inCommit);
     },
 
-    async release(leaseId) {
+    async release(leaseId, inCommit) {
       const now = open();
-      return releaseTx.immediate(leaseId, now);
+      return releaseTx.immediate(leaseId, now, inCommit);
     },
 
     async list({ bucket, prefix }) {
@@ -210,12 +236,9 @@ export function createEmbeddedLeaseStore({
       return row ? toLeaseRecord(row) : null;
     },
 
-    async collectExpired() {
+    async collectExpired(inCommit) {
       const now = open();
-      const reported = reportExpired
-        .all({ now })
-        .sort((a, b) => a.token - b.token)
-        .map(toLeaseRecord);
+      const reported = collectTx.immediate(now, inCommit);
       maybeSweep(now);
       return reported;
     },
