@@ -6,7 +6,7 @@ import type { Logger } from "../log.js";
 import { continueBody } from "../server/expect-continue.js";
 import { addressRequest } from "./addressing.js";
 import { EMPTY_SHA256 } from "./auth/index.js";
-import type { S3Request, S3Response, S3Services } from "./context.js";
+import type { DecodedBody, S3Request, S3Response, S3Services } from "./context.js";
 import { selectOperation } from "./dispatch.js";
 import { renderS3Error, type S3Error, toS3Error } from "./errors.js";
 import { fenceTokenOf } from "./fence-token.js";
@@ -54,10 +54,11 @@ export function s3Handler(opts: S3HandlerOptions) {
         headers: incoming.headers,
         body: incoming,
         principal: auth.accessKeyId,
-        decodeBody: () => {
-          continueBody(incoming);
-          return opts.authenticator.decodeBody(incoming, incoming.headers, auth);
-        },
+        decodeBody: () =>
+          decodeOnFirstRead(() => {
+            continueBody(incoming);
+            return opts.authenticator.decodeBody(incoming, incoming.headers, auth);
+          }),
         log,
       };
       const op = selectOperation(req);
@@ -74,6 +75,46 @@ export function s3Handler(opts: S3HandlerOptions) {
       return errorResponse(s3err, resource, requestId, method);
     }
   };
+}
+
+/**
+ * The decoded body, started only when something reads it: until then the request is not
+ * consumed, so a write refused before its body is needed neither asks an Expect: 100-continue
+ * client for the body nor leaves it half-piped (Node discards an unread body after the answer).
+ */
+function decodeOnFirstRead(open: () => DecodedBody): DecodedBody {
+  let settle!: { resolve: (d: Awaited<DecodedBody["done"]>) => void; reject: (e: unknown) => void };
+  const done = new Promise<Awaited<DecodedBody["done"]>>((resolve, reject) => {
+    settle = { resolve, reject };
+  });
+  done.catch(() => undefined);
+  let inner: DecodedBody | undefined;
+  const stream = new Readable({
+    read() {
+      if (inner) {
+        inner.stream.resume();
+        return;
+      }
+      try {
+        inner = open();
+      } catch (e) {
+        settle.reject(e);
+        stream.destroy(e as Error);
+        return;
+      }
+      inner.done.then(settle.resolve, settle.reject);
+      inner.stream.on("data", (chunk: Buffer) => {
+        if (!stream.push(chunk)) inner!.stream.pause();
+      });
+      inner.stream.once("end", () => stream.push(null));
+      inner.stream.once("error", (e) => stream.destroy(e));
+    },
+    destroy(err, callback) {
+      inner?.stream.destroy();
+      callback(err);
+    },
+  });
+  return { stream, done };
 }
 
 /** Operations that write: every refusal of one is a write decision and goes to the audit log. */
@@ -136,7 +177,13 @@ function withImpliedPayloadHash(incoming: IncomingMessage): IncomingMessage["hea
 }
 
 function toResponse(res: S3Response, method: string): Response {
-  const headers = new Headers(res.headers);
+  let headers: Headers;
+  try {
+    headers = new Headers(res.headers);
+  } catch (e) {
+    res.stream?.destroy();
+    throw e;
+  }
   if (res.xml) {
     headers.set("content-type", "application/xml");
     return new Response(renderXml(res.xml.root, res.xml.body), { status: res.status, headers });

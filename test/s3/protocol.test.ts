@@ -1,7 +1,9 @@
 import { createHash, createHmac } from "node:crypto";
+import { readdirSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { connect } from "node:net";
 import {
+  CopyObjectCommand,
   CreateBucketCommand,
   GetObjectCommand,
   HeadObjectCommand,
@@ -268,12 +270,17 @@ describe("metadata and listings", () => {
 
 describe("Expect: 100-continue", () => {
   /** Sends the headers, and the body only once the gateway answers 100 Continue. */
-  async function expectContinuePut(key: string, body: string, token: string | null) {
+  async function expectContinuePut(
+    key: string,
+    body: string,
+    token: string | null,
+    extra: Record<string, string> = {},
+  ) {
     const signed = await signRequest(gw.url, {
       method: "PUT",
       path: objectPath(bucket, key),
       body,
-      headers: { expect: "100-continue", ...(token ? { "x-fence-token": token } : {}) },
+      headers: { expect: "100-continue", ...(token ? { "x-fence-token": token } : {}), ...extra },
     });
     const url = new URL(gw.url);
     return new Promise<{ status: number; continued: boolean; text: string }>((resolve, reject) => {
@@ -313,6 +320,15 @@ describe("Expect: 100-continue", () => {
     const got = await gw.s3().send(new GetObjectCommand({ Bucket: bucket, Key: "expect.txt" }));
     expect(await got.Body!.transformToString()).toBe("sent after 100");
   });
+
+  it("refuses a conditional write that cannot succeed without asking for its body", async () => {
+    const refused = await expectContinuePut("expect.txt", "never sent", lease.fencingToken, {
+      "if-none-match": "*",
+    });
+    expect(refused).toMatchObject({ status: 412, continued: false });
+    const got = await gw.s3().send(new GetObjectCommand({ Bucket: bucket, Key: "expect.txt" }));
+    expect(await got.Body!.transformToString()).toBe("sent after 100");
+  });
 });
 
 describe("declared lengths", () => {
@@ -340,5 +356,66 @@ describe("declared lengths", () => {
     });
     expect(response).toMatch(/^HTTP\/1\.1 411 /);
     expect(response).toContain("<Code>MissingContentLength</Code>");
+  });
+});
+
+describe("refusals that must not leak or fail", () => {
+  it("answers bad response-* overrides with 400, not 500", async () => {
+    await gw
+      .s3()
+      .send(
+        new PutObjectCommand({
+          Bucket: bucket,
+          Key: "override.txt",
+          Body: "o",
+          Metadata: { "fence-token": lease.fencingToken },
+        }),
+      );
+    const res = await rawRequest(
+      gw.url,
+      await signRequest(gw.url, {
+        method: "GET",
+        path: objectPath(bucket, "override.txt"),
+        query: { "response-content-disposition": "a\nb" },
+      }),
+    );
+    expectS3Error(res, "InvalidArgument", 400);
+  });
+
+  it("closes the source of every refused copy", async () => {
+    const s3 = gw.s3();
+    await s3.send(
+      new PutObjectCommand({
+        Bucket: bucket,
+        Key: "copy-src.txt",
+        Body: "src",
+        Metadata: { "fence-token": lease.fencingToken },
+      }),
+    );
+    await s3.send(
+      new PutObjectCommand({
+        Bucket: bucket,
+        Key: "copy-dst.txt",
+        Body: "dst",
+        Metadata: { "fence-token": lease.fencingToken },
+      }),
+    );
+    const openFds = () => readdirSync("/proc/self/fd").length;
+    const before = openFds();
+    for (let i = 0; i < 20; i++) {
+      const refused = await s3
+        .send(
+          new CopyObjectCommand({
+            Bucket: bucket,
+            Key: "copy-dst.txt",
+            CopySource: `${bucket}/copy-src.txt`,
+            IfMatch: '"not-the-etag"',
+            Metadata: { "fence-token": lease.fencingToken },
+          }),
+        )
+        .catch((e) => e);
+      expect(refused.$metadata.httpStatusCode).toBe(412);
+    }
+    expect(openFds() - before).toBeLessThan(5);
   });
 });

@@ -34,6 +34,7 @@ export const copyObject: S3Operation = async (req, { backend, fencer }) => {
           ...(sourceInfo.checksums ? { checksums: { ...sourceInfo.checksums } } : {}),
         };
   const tokenString = fenceTokenOf(req);
+  const conditions = writeConditions(req);
   const result = await fencer.write(
     { op: "CopyObject", bucket, key, tokenString, principal: req.principal, requestId: req.requestId },
     async (fence, hooks) => {
@@ -41,14 +42,11 @@ export const copyObject: S3Operation = async (req, { backend, fencer }) => {
       try {
         // The source may have changed since the conditions were checked; they must hold for the bytes copied.
         checkCopySourceConditions(req.headers, src.info);
-      } catch (e) {
+        return await backend.putObject({ bucket, key, body: src.body, metadata, fence, conditions }, hooks);
+      } finally {
+        // A refused copy leaves the source unread; its file must not stay open.
         src.body.destroy();
-        throw e;
       }
-      return backend.putObject(
-        { bucket, key, body: src.body, metadata, fence, conditions: writeConditions(req) },
-        hooks,
-      );
     },
   );
   return {

@@ -37,10 +37,22 @@ export const deleteObjects: S3Operation = async (req, { backend, fencer }) => {
     if (key === undefined) throw malformed("every Object needs a Key");
     const versionId = text(o, "VersionId");
     try {
-      validateObjectKey(key);
-      const result = await fencer.write(
-        { op: "DeleteObjects", bucket, key, tokenString, principal: req.principal, requestId: req.requestId },
-        (fence, hooks) => backend.deleteObject({ bucket, key, fence }, hooks),
+      const ctx = {
+        op: "DeleteObjects",
+        bucket,
+        key,
+        tokenString,
+        principal: req.principal,
+        requestId: req.requestId,
+      };
+      try {
+        validateObjectKey(key);
+      } catch (e) {
+        await fencer.recordRefusal(ctx, e);
+        throw e;
+      }
+      const result = await fencer.write(ctx, (fence, hooks) =>
+        backend.deleteObject({ bucket, key, fence }, hooks),
       );
       acceptedToken = result.token ?? acceptedToken;
       if (!quiet) deleted.push({ Key: key, VersionId: versionId });

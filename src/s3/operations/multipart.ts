@@ -16,6 +16,7 @@ import { readBounded, requireDeclaredLength } from "../request-body.js";
 import type { XmlNode } from "../xml.js";
 import { ownerOf } from "./buckets.js";
 import { copySource } from "./copy-object.js";
+import { writeConditions } from "./objects.js";
 
 /**
  * S3 multipart uploads, fenced (contract: CreateMultipartUpload, UploadPart and
@@ -144,7 +145,7 @@ export const completeMultipartUpload: S3Operation = async (req, { backend, fence
         uploadId,
         parts,
         fence,
-        conditions: { ifMatch: header(req, "if-match"), ifNoneMatch: header(req, "if-none-match") },
+        conditions: writeConditions(req),
       },
       hooks,
     );

@@ -122,7 +122,12 @@ function responseOverrides(req: S3Request): Record<string, string> {
   const out: Record<string, string> = {};
   for (const name of OVERRIDES) {
     const v = req.query.get(name);
-    if (v !== null) out[name.slice("response-".length)] = v;
+    if (v === null) continue;
+    // A response header carries printable latin1 only; anything else cannot be sent.
+    if (!/^[\t\x20-\x7e\x80-\xff]*$/.test(v)) {
+      throw new DomainError("InvalidArgument", `${name} must be printable text without line breaks`);
+    }
+    out[name.slice("response-".length)] = v;
   }
   return out;
 }
