@@ -1,4 +1,3 @@
-import { XMLParser, XMLValidator } from "fast-xml-parser";
 import {
   assertPartNumber,
   assertUploadFence,
@@ -14,9 +13,11 @@ import { fenceTokenOf } from "../fence-token.js";
 import { metadataFromHeaders } from "../object-headers.js";
 import { readBounded, requireDeclaredLength } from "../request-body.js";
 import type { XmlNode } from "../xml.js";
+import { children, malformed, parseXmlDocument, text } from "../xml-input.js";
 import { ownerOf } from "./buckets.js";
 import { copySource } from "./copy-object.js";
-import { writeConditions } from "./objects.js";
+import { encoderFor } from "./list-objects.js";
+import { acceptedHeaders, objectTarget, writeConditions } from "./objects.js";
 
 /**
  * S3 multipart uploads, fenced (contract: CreateMultipartUpload, UploadPart and
@@ -59,7 +60,7 @@ export function selectMultipartOperation(req: S3Request): { name: string; run: S
 }
 
 export const createMultipartUpload: S3Operation = async (req, { backend, fencer }) => {
-  const { bucket, key } = target(req);
+  const { bucket, key } = objectTarget(req);
   const store = multipartOf(backend);
   const metadata = metadataFromHeaders(req.headers);
   await backend.headBucket(bucket);
@@ -81,7 +82,7 @@ export const createMultipartUpload: S3Operation = async (req, { backend, fencer 
 };
 
 export const uploadPart: S3Operation = async (req, { backend, fencer }) => {
-  const { bucket, key } = target(req);
+  const { bucket, key } = objectTarget(req);
   requireDeclaredLength(req.headers);
   const store = multipartOf(backend);
   const partNumber = partNumberOf(req);
@@ -95,7 +96,7 @@ export const uploadPart: S3Operation = async (req, { backend, fencer }) => {
 };
 
 export const uploadPartCopy: S3Operation = async (req, { backend, fencer }) => {
-  const { bucket, key } = target(req);
+  const { bucket, key } = objectTarget(req);
   const store = multipartOf(backend);
   const partNumber = partNumberOf(req);
   const uploadId = uploadIdOf(req);
@@ -130,7 +131,7 @@ export const uploadPartCopy: S3Operation = async (req, { backend, fencer }) => {
 const MAX_COMPLETE_BODY = 1024 * 1024;
 
 export const completeMultipartUpload: S3Operation = async (req, { backend, fencer }) => {
-  const { bucket, key } = target(req);
+  const { bucket, key } = objectTarget(req);
   const store = multipartOf(backend);
   const uploadId = uploadIdOf(req);
   await backend.headBucket(bucket);
@@ -168,7 +169,7 @@ export const completeMultipartUpload: S3Operation = async (req, { backend, fence
  * losing its lease from cleaning up its upload. S3 likewise authorizes aborts by permission.
  */
 export const abortMultipartUpload: S3Operation = async (req, { backend }) => {
-  const { bucket, key } = target(req);
+  const { bucket, key } = objectTarget(req);
   const store = multipartOf(backend);
   await backend.headBucket(bucket);
   await store.abortUpload({ bucket, key, uploadId: uploadIdOf(req) });
@@ -178,7 +179,7 @@ export const abortMultipartUpload: S3Operation = async (req, { backend }) => {
 const MAX_LISTED = 1000;
 
 export const listParts: S3Operation = async (req, { backend }) => {
-  const { bucket, key } = target(req);
+  const { bucket, key } = objectTarget(req);
   const store = multipartOf(backend);
   const uploadId = uploadIdOf(req);
   const maxParts = boundedCount(req, "max-parts");
@@ -216,7 +217,7 @@ export const listMultipartUploads: S3Operation = async (req, { backend }) => {
   const bucket = req.bucket!;
   const store = multipartOf(backend);
   const q = req.query;
-  const encode = encoder(req);
+  const encode = encoderFor(req);
   const prefix = q.get("prefix") ?? "";
   const delimiter = q.get("delimiter") || undefined;
   const keyMarker = q.get("key-marker") || undefined;
@@ -259,64 +260,19 @@ export const listMultipartUploads: S3Operation = async (req, { backend }) => {
   };
 };
 
-const xmlParser = new XMLParser({
-  ignoreAttributes: true,
-  ignoreDeclaration: true,
-  // No entity expansion at all (no XXE, no entity bombs); the five predefined entities and
-  // character references are decoded by hand in the few values read.
-  processEntities: false,
-  parseTagValue: false,
-  isArray: (name) => name === "Part",
-});
-
 /** The part list of a CompleteMultipartUpload body; MalformedXML on anything else. */
 export function parseCompleteBody(raw: Buffer): CompletedPart[] {
-  const text = raw.toString("utf8");
-  if (/<!DOCTYPE|<!ENTITY/i.test(text) || XMLValidator.validate(text) !== true) throw malformedXml();
-  let doc: unknown;
-  try {
-    doc = xmlParser.parse(text);
-  } catch {
-    throw malformedXml();
-  }
-  const root = (doc as Record<string, unknown> | null)?.["CompleteMultipartUpload"];
-  const parts =
-    typeof root === "object" && root !== null ? (root as Record<string, unknown>)["Part"] : undefined;
-  if (!Array.isArray(parts) || parts.length === 0) throw malformedXml();
-  return parts.map((part: unknown) => {
-    const { PartNumber: number, ETag: etag } = (
-      typeof part === "object" && part !== null ? part : {}
-    ) as Record<string, unknown>;
-    if (typeof number !== "string" || !/^\d{1,9}$/.test(number.trim()) || typeof etag !== "string") {
-      throw malformedXml();
+  const parts = children(parseXmlDocument(raw, "CompleteMultipartUpload"), "Part");
+  if (parts.length === 0) throw malformed("at least one Part is required");
+  return parts.map((part) => {
+    const number = text(part, "PartNumber")?.trim();
+    const etag = text(part, "ETag");
+    if (number === undefined || !/^\d{1,9}$/.test(number) || etag === undefined) {
+      throw malformed("every Part needs a PartNumber and an ETag");
     }
-    return { partNumber: Number(number.trim()), etag: decodeXmlText(etag) };
+    return { partNumber: Number(number), etag };
   });
 }
-
-const NAMED_ENTITIES: Record<string, string> = { lt: "<", gt: ">", amp: "&", quot: '"', apos: "'" };
-
-function decodeXmlText(text: string): string {
-  try {
-    return text.replace(
-      /&(?:#x([0-9a-fA-F]{1,6})|#(\d{1,7})|(lt|gt|amp|quot|apos));/g,
-      (_, hex, dec, name) =>
-        hex
-          ? String.fromCodePoint(Number.parseInt(hex, 16))
-          : dec
-            ? String.fromCodePoint(Number(dec))
-            : NAMED_ENTITIES[name]!,
-    );
-  } catch {
-    throw malformedXml(); // a character reference beyond U+10FFFF
-  }
-}
-
-const malformedXml = () =>
-  new DomainError(
-    "MalformedXML",
-    "The XML you provided was not well-formed or did not validate against our published schema",
-  );
 
 function multipartOf(backend: StorageBackend): MultipartStore {
   if (!backend.multipart) {
@@ -344,7 +300,7 @@ async function boundWriteContext(
 }
 
 function writeContext(req: S3Request, op: string): WriteContext {
-  const { bucket, key } = target(req);
+  const { bucket, key } = objectTarget(req);
   return {
     op,
     bucket,
@@ -402,27 +358,8 @@ function people(upload: MultipartUpload): XmlNode {
   return { Initiator: who, Owner: who };
 }
 
-function encoder(req: S3Request): (s: string) => string {
-  const type = req.query.get("encoding-type");
-  if (type === null) return (s) => s;
-  if (type !== "url")
-    throw new DomainError("InvalidArgument", "Invalid Encoding Method specified in Request");
-  return (s) => encodeURIComponent(s).replace(/%2F/g, "/");
-}
-
 function locationOf(req: S3Request, bucket: string, key: string): string {
   const path = `/${encodeURIComponent(bucket)}/${key.split("/").map(encodeURIComponent).join("/")}`;
   const host = header(req, "host");
   return host ? `http://${host}${path}` : path;
-}
-
-function acceptedHeaders(token: number | null): Record<string, string> {
-  return token === null ? {} : { "x-fence-token-accepted": String(token) };
-}
-
-function target(req: S3Request): { bucket: string; key: string } {
-  if (req.bucket === null || req.key === null) {
-    throw new DomainError("InvalidRequest", "this operation needs a bucket and a key");
-  }
-  return { bucket: req.bucket, key: req.key };
 }
