@@ -28,7 +28,7 @@ export type S3Request = {
 
 export type DecodedBody = {
   stream: Readable;
-  done: Promise<{ md5Hex: string; size: number; checksums: Record<string, string> }>;
+  done: Promise<{ md5Hex?: string; size: number; checksums: Record<string, string> }>;
 };
 
 /** What an operation answers: a status, headers, and an XML document or a byte stream. */

@@ -131,11 +131,7 @@ describe("requests of @aws-sdk/client-s3", () => {
     expect(put?.payloadHash).toMatch(/^[0-9a-f]{64}$/);
     expect(put?.headers["x-amz-checksum-crc32"]).toBe("DUoRhQ==");
     expect(put?.body).toBe("hello world");
-    expect(put?.digest).toEqual({
-      md5Hex: "5eb63bbbe01eeed093cb22bb8f5acdc3",
-      size: 11,
-      checksums: { CRC32: "DUoRhQ==" },
-    });
+    expect(put?.digest).toEqual({ size: 11, checksums: { CRC32: "DUoRhQ==" } });
   });
 
   it("PutObject with a stream body: STREAMING-UNSIGNED-PAYLOAD-TRAILER with a CRC32 trailer", async () => {

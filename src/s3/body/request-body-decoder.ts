@@ -45,7 +45,9 @@ export class RequestBodyDecoder extends Transform {
     );
     const verifyOnly: ChecksumAlgorithm[] =
       plan.mode.kind === "plain" && plan.mode.sha256Hex !== undefined ? ["SHA256"] : [];
-    this.digest = new BodyDigest(plan.algorithms, verifyOnly);
+    this.digest = new BodyDigest(plan.algorithms, verifyOnly, {
+      md5: plan.expectations.contentMd5 !== undefined,
+    });
     const chain = plan.chain;
     this.parser =
       plan.mode.kind === "chunked"
@@ -126,7 +128,7 @@ export class RequestBodyDecoder extends Transform {
         );
       }
     }
-    if (expectations.contentMd5 && !expectations.contentMd5.equals(md5)) {
+    if (expectations.contentMd5 && !(md5 && expectations.contentMd5.equals(md5))) {
       throw new S3RequestError("BadDigest", "The Content-MD5 you specified did not match what we received.");
     }
     for (const declared of [expectations.header, trailerChecksum]) {
