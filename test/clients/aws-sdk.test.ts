@@ -15,16 +15,18 @@ import {
 } from "@aws-sdk/client-s3";
 import { Upload } from "@aws-sdk/lib-storage";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
-import { startTestGateway, type TestGateway } from "../support/gateway.js";
 import {
   auditRecords,
   bucketLease,
+  bucketWithStaleToken,
+  clientSuite,
+  expectAccepted,
+  expectStaleRejections,
   MiB,
   md5Hex,
   randomData,
-  supersededLeases,
   takeOver,
   waitForAudit,
 } from "./helpers.js";
@@ -41,15 +43,7 @@ import {
  * they get the `x-fence-token` header from a build-step middleware (fencedClient).
  */
 
-let gw: TestGateway;
-
-beforeAll(async () => {
-  gw = await startTestGateway();
-});
-
-afterAll(async () => {
-  await gw?.stop();
-});
+const suite = clientSuite();
 
 type Sent = { command: string; headers: Record<string, string> };
 
@@ -60,7 +54,7 @@ type Sent = { command: string; headers: Record<string, string> };
  * Metadata field. (Multipart uploads do not need it: Metadata on Create is enough.)
  */
 function fencedClient(extra: Partial<S3ClientConfig>, token: () => string | undefined) {
-  const client = gw.s3(extra);
+  const client = suite.gw.s3(extra);
   const sent: Sent[] = [];
   client.middlewareStack.add(
     (next) => async (args) => {
@@ -117,6 +111,11 @@ async function expectRefusal(p: Promise<unknown>, code: string, status: number):
   return err;
 }
 
+/** CreateBucket through `s3`. */
+async function createBucket(s3: S3Client, bucket: string): Promise<void> {
+  await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+}
+
 async function bytesOf(s3: S3Client, bucket: string, key: string): Promise<Buffer> {
   const out = await s3.send(new GetObjectCommand({ Bucket: bucket, Key: key }));
   return Buffer.from(await out.Body!.transformToByteArray());
@@ -145,8 +144,8 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
 
   beforeAll(async () => {
     ({ client: s3, sent } = fencedClient(extra, () => headerToken));
-    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
-    lease = await bucketLease(gw, bucket);
+    await createBucket(s3, bucket);
+    lease = await bucketLease(suite.gw, bucket);
   });
 
   it("PutObject with the token in Metadata (Buffer and stream bodies), GetObject, HeadObject, ListObjectsV2", async () => {
@@ -238,14 +237,12 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
     expect(head.ContentLength).toBe(12 * MiB);
     expect(head.ETag).toBe(out.ETag);
     expect(head.Metadata).toEqual({});
-    const parts = await auditRecords(gw, { bucket, key: "big/12mib.bin", op: "UploadPart" });
-    expect(parts.map((c) => [c.decision, c.token])).toEqual([
-      ["accepted", lease.token],
-      ["accepted", lease.token],
-      ["accepted", lease.token],
-    ]);
-    const completes = await auditRecords(gw, { bucket, key: "big/12mib.bin", op: "CompleteMultipartUpload" });
-    expect(completes.map((c) => [c.decision, c.token])).toEqual([["accepted", lease.token]]);
+    await expectAccepted(suite.gw, { bucket, key: "big/12mib.bin", op: "UploadPart" }, lease.token, 3);
+    await expectAccepted(
+      suite.gw,
+      { bucket, key: "big/12mib.bin", op: "CompleteMultipartUpload" },
+      lease.token,
+    );
   });
 
   it("lib-storage Upload of a small body takes the single PutObject path with Metadata alone", async () => {
@@ -290,29 +287,19 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
 
   it("a stale token is refused with 409 StaleFencingToken on PutObject, Upload and DeleteObject", async () => {
     const staleBucket = `${bucket}-stale`;
-    await s3.send(new CreateBucketCommand({ Bucket: staleBucket }));
-    const { stale, fresh } = await supersededLeases(gw, staleBucket);
+    const { stale, fresh } = await bucketWithStaleToken(suite.gw, staleBucket, (b) => createBucket(s3, b));
     headerToken = undefined;
-    await s3.send(
-      new PutObjectCommand({
-        Bucket: staleBucket,
-        Key: "k",
-        Body: "fresh",
-        Metadata: { "fence-token": fresh.fencingToken },
-      }),
-    );
-    const err = await expectRefusal(
+    const put = (body: string, token: string) =>
       s3.send(
         new PutObjectCommand({
           Bucket: staleBucket,
           Key: "k",
-          Body: "stale",
-          Metadata: { "fence-token": stale.fencingToken },
+          Body: body,
+          Metadata: { "fence-token": token },
         }),
-      ),
-      "StaleFencingToken",
-      409,
-    );
+      );
+    await put("fresh", fresh.fencingToken);
+    const err = await expectRefusal(put("stale", stale.fencingToken), "StaleFencingToken", 409);
     expect((err.$response as { headers: Record<string, string> }).headers["x-fence-highest-token"]).toBe(
       String(fresh.token),
     );
@@ -339,11 +326,10 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
       "StaleFencingToken",
       409,
     );
-    const rejected = await auditRecords(gw, { bucket: staleBucket, decision: "rejected" });
-    expect(rejected.map((r) => [r.op, r.reason, r.token])).toEqual([
-      ["PutObject", "StaleFencingToken", stale.token],
-      ["CreateMultipartUpload", "StaleFencingToken", stale.token],
-      ["DeleteObject", "StaleFencingToken", stale.token],
+    await expectStaleRejections(suite.gw, staleBucket, stale.token, [
+      "PutObject",
+      "CreateMultipartUpload",
+      "DeleteObject",
     ]);
     headerToken = undefined;
     expect((await bytesOf(s3, staleBucket, "k")).toString()).toBe("fresh");
@@ -351,8 +337,8 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
 
   it("lease lost while lib-storage uploads (Metadata alone): the next part is refused with 409, the newer write stays", async () => {
     const lostBucket = `${bucket}-lost`;
-    await s3.send(new CreateBucketCommand({ Bucket: lostBucket }));
-    const old = await bucketLease(gw, lostBucket);
+    await createBucket(s3, lostBucket);
+    const old = await bucketLease(suite.gw, lostBucket);
     headerToken = undefined;
     const body = new PassThrough();
     const upload = new Upload({
@@ -364,8 +350,8 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
     const done = rejection(upload.done());
     body.write(randomData(6 * MiB));
     // Part 1 went through under the old lease; the rest of the body is still to come.
-    await waitForAudit(gw, { bucket: lostBucket, key: "k", op: "UploadPart" }, (r) => r.length > 0);
-    const fresh = await takeOver(gw, old, "k", "fresh");
+    await waitForAudit(suite.gw, { bucket: lostBucket, key: "k", op: "UploadPart" }, (r) => r.length > 0);
+    const fresh = await takeOver(suite.gw, old, "k", "fresh");
     body.end(randomData(6 * MiB));
     const err = await done;
     expect({ name: err.name, status: err.$metadata.httpStatusCode }).toEqual({
@@ -374,7 +360,7 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
     });
 
     expect((await bytesOf(s3, lostBucket, "k")).toString()).toBe("fresh");
-    const records = await auditRecords(gw, { bucket: lostBucket, key: "k" });
+    const records = await auditRecords(suite.gw, { bucket: lostBucket, key: "k" });
     expect(records.filter((r) => r.op === "CompleteMultipartUpload" && r.decision === "accepted")).toEqual(
       [],
     );
@@ -384,21 +370,21 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
       "StaleFencingToken",
       old.token,
     ]);
-    await gw.leases.release(fresh.leaseId);
+    await suite.gw.leases.release(fresh.leaseId);
   });
 
   it("lease lost just before CompleteMultipartUpload: the completion is refused with 409, nothing becomes visible", async () => {
     const lostBucket = `${bucket}-lost-complete`;
-    await s3.send(new CreateBucketCommand({ Bucket: lostBucket }));
-    const old = await gw.leases.acquire({ bucket: lostBucket, key: "k", ttlMs: 600_000 });
+    await createBucket(s3, lostBucket);
+    const old = await suite.gw.leases.acquire({ bucket: lostBucket, key: "k", ttlMs: 600_000 });
     headerToken = undefined;
     let fresh: Lease | undefined;
     // Takes the lease over once every part is in, when lib-storage is about to complete.
-    const client = gw.s3(extra);
+    const client = suite.gw.s3(extra);
     client.middlewareStack.add(
       (next, context) => async (args) => {
         if (context.commandName === "CompleteMultipartUploadCommand") {
-          fresh = await takeOver(gw, old, "k", "fresh");
+          fresh = await takeOver(suite.gw, old, "k", "fresh");
         }
         return next(args);
       },
@@ -421,7 +407,7 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
     );
     expect(fresh).toBeDefined();
     expect((await bytesOf(s3, lostBucket, "k")).toString()).toBe("fresh");
-    const records = (await auditRecords(gw, { bucket: lostBucket, key: "k" })).filter(
+    const records = (await auditRecords(suite.gw, { bucket: lostBucket, key: "k" })).filter(
       (r) => !r.op.startsWith("Lease"),
     );
     expect(records.map((r) => [r.op, r.decision, r.reason, r.token])).toEqual([
@@ -437,8 +423,8 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
 
   it("a part or completion that does send a token must send the upload's own (403 FencingTokenScopeMismatch)", async () => {
     const b = `${bucket}-foreign`;
-    await s3.send(new CreateBucketCommand({ Bucket: b }));
-    const old = await gw.leases.acquire({ bucket: b, key: "k", ttlMs: 600_000 });
+    await createBucket(s3, b);
+    const old = await suite.gw.leases.acquire({ bucket: b, key: "k", ttlMs: 600_000 });
     headerToken = undefined;
     const { UploadId } = await s3.send(
       new CreateMultipartUploadCommand({
@@ -451,7 +437,16 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
       new UploadPartCommand({ Bucket: b, Key: "k", UploadId, PartNumber: 1, Body: Buffer.from("old part") }),
     );
     // The new holder's token is current, but this upload belongs to the old lease.
-    const fresh = await takeOver(gw, old, "k", "fresh");
+    const fresh = await takeOver(suite.gw, old, "k", "fresh");
+    const complete = () =>
+      s3.send(
+        new CompleteMultipartUploadCommand({
+          Bucket: b,
+          Key: "k",
+          UploadId,
+          MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag }] },
+        }),
+      );
     headerToken = fresh.fencingToken;
     await expectRefusal(
       s3.send(
@@ -460,32 +455,10 @@ describe.each(CONFIGS)("@aws-sdk/client-s3 and lib-storage (%s)", (_label, extra
       "FencingTokenScopeMismatch",
       403,
     );
-    await expectRefusal(
-      s3.send(
-        new CompleteMultipartUploadCommand({
-          Bucket: b,
-          Key: "k",
-          UploadId,
-          MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag }] },
-        }),
-      ),
-      "FencingTokenScopeMismatch",
-      403,
-    );
+    await expectRefusal(complete(), "FencingTokenScopeMismatch", 403);
     // Without a token the completion is fenced with the old lease: superseded.
     headerToken = undefined;
-    await expectRefusal(
-      s3.send(
-        new CompleteMultipartUploadCommand({
-          Bucket: b,
-          Key: "k",
-          UploadId,
-          MultipartUpload: { Parts: [{ PartNumber: 1, ETag: part.ETag }] },
-        }),
-      ),
-      "StaleFencingToken",
-      409,
-    );
+    await expectRefusal(complete(), "StaleFencingToken", 409);
     expect((await bytesOf(s3, b, "k")).toString()).toBe("fresh");
   });
 });
@@ -496,9 +469,9 @@ describe("@aws-sdk/s3-request-presigner", () => {
   let lease: Lease;
 
   beforeAll(async () => {
-    s3 = gw.s3();
-    await s3.send(new CreateBucketCommand({ Bucket: bucket }));
-    lease = await bucketLease(gw, bucket);
+    s3 = suite.gw.s3();
+    await createBucket(s3, bucket);
+    lease = await bucketLease(suite.gw, bucket);
   });
 
   it("PUT with x-fence-token in the signed query, then GET and HEAD", async () => {
@@ -569,8 +542,7 @@ describe("@aws-sdk/s3-request-presigner", () => {
 
   it("a presigned PUT with a stale token is refused with 409 StaleFencingToken", async () => {
     const b = "sdk-presigned-stale";
-    await s3.send(new CreateBucketCommand({ Bucket: b }));
-    const { stale, fresh } = await supersededLeases(gw, b);
+    const { stale, fresh } = await bucketWithStaleToken(suite.gw, b, (name) => createBucket(s3, name));
     const freshUrl = await getSignedUrl(
       s3,
       withTokenQuery(new PutObjectCommand({ Bucket: b, Key: "k" }), fresh.fencingToken),

@@ -1,26 +1,27 @@
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
-import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 import {
   auditRecords,
   bucketLease,
-  clientEnv,
+  bucketWithStaleToken,
+  clientProgram,
+  clientSuite,
+  expectAccepted,
+  expectCommittedUnderLease,
   expectRefused,
+  expectStaleRejections,
   expectSuccess,
   FIXTURES,
+  leaseLostMidUpload,
   MiB,
   md5Hex,
   randomData,
-  requireExecutable,
-  run,
   SYNC_TREE,
   sizes,
-  start,
-  supersededLeases,
-  uploadAcrossTakeOver,
   writeFile,
+  writeIni,
   writeTree,
 } from "./helpers.js";
 
@@ -35,35 +36,73 @@ import {
  * adds `x-fence-token` to every request.
  */
 
-const AWS = "/usr/bin/aws";
 const BUCKET = "awscli-bucket";
 
-let gw: TestGateway;
-let tmp: { path: string; cleanup(): void };
+const suite = clientSuite({
+  tempPrefix: "fencegate-awscli-",
+  setup: ({ local }) =>
+    writeIni(local("plugin-config"), {
+      default: { region: "us-east-1" },
+      plugins: {
+        cli_legacy_plugin_path: join(FIXTURES, "awscli-plugin"),
+        fence_token: "fence_token_plugin",
+      },
+    }),
+});
+const { local } = suite;
+const AWS = clientProgram(suite, { path: "/usr/bin/aws", debianPackage: "awscli" });
+
 let lease: Lease;
 
-/** The environment of aws cli; `plugin` loads the fence-token plugin with FENCE_TOKEN=plugin. */
+/** The environment aws cli gets on top of clientEnv; `plugin` loads the fence-token plugin with FENCE_TOKEN=plugin. */
 function awsEnv(plugin: string | undefined): Record<string, string> {
-  requireExecutable(AWS, "awscli");
-  const home = join(tmp.path, "home");
-  return clientEnv(home, {
-    AWS_CONFIG_FILE: plugin !== undefined ? join(tmp.path, "plugin-config") : join(home, "no-config"),
+  return {
+    AWS_CONFIG_FILE: plugin !== undefined ? local("plugin-config") : join(suite.home, "no-config"),
     ...(plugin !== undefined ? { FENCE_TOKEN: plugin } : {}),
-  });
+  };
 }
 
 /** Runs aws cli; `plugin` loads the fence-token plugin with FENCE_TOKEN=plugin. */
 function aws(args: string[], opts: { plugin?: string } = {}) {
-  return run(AWS, ["--endpoint-url", gw.url, "--no-cli-pager", ...args], {
-    env: awsEnv(opts.plugin),
-    cwd: tmp.path,
-    timeoutMs: 90_000,
-  });
+  return AWS.run(["--endpoint-url", suite.gw.url, "--no-cli-pager", ...args], awsEnv(opts.plugin));
 }
 
-function local(name: string): string {
-  return join(tmp.path, name);
-}
+/** `--metadata fence-token=TOKEN`: how aws cli gives a write its token. */
+const metadataToken = (token: string) => ["--metadata", `fence-token=${token}`];
+
+/** The arguments of `aws s3 cp --no-progress FROM TO …`. */
+const cpArgs = (from: string, to: string, ...more: string[]) => [
+  "s3",
+  "cp",
+  "--no-progress",
+  from,
+  to,
+  ...more,
+];
+
+/** `aws s3 cp --no-progress FROM TO …`. */
+const cp = (from: string, to: string, ...more: string[]) => aws(cpArgs(from, to, ...more));
+
+/** `aws s3 sync --no-progress FLAGS… site s3://BUCKET/site` with the lease's token as metadata. */
+const syncSiteUp = (flags: string[] = [], opts: { plugin?: string } = {}) =>
+  aws(
+    [
+      "s3",
+      "sync",
+      "--no-progress",
+      ...flags,
+      local("site"),
+      `s3://${BUCKET}/site`,
+      ...metadataToken(lease.fencingToken),
+    ],
+    opts,
+  );
+
+/** `aws s3 mb`, which must succeed. */
+const mb = async (bucket: string) => expectSuccess(await aws(["s3", "mb", `s3://${bucket}`]), "aws s3 mb");
+
+/** `aws s3api head-object`. */
+const headObject = (key: string) => aws(["s3api", "head-object", "--bucket", BUCKET, "--key", key]);
 
 /** `aws s3 ls --recursive` under a prefix, as key -> size. */
 async function listing(prefix: string): Promise<Record<string, number>> {
@@ -76,102 +115,53 @@ async function listing(prefix: string): Promise<Record<string, number>> {
   return out;
 }
 
-beforeAll(async () => {
-  tmp = tempDir("fencegate-awscli-");
-  writeFile(
-    join(tmp.path, "plugin-config"),
-    [
-      "[default]",
-      "region = us-east-1",
-      "[plugins]",
-      `cli_legacy_plugin_path = ${join(FIXTURES, "awscli-plugin")}`,
-      "fence_token = fence_token_plugin",
-      "",
-    ].join("\n"),
-  );
-  gw = await startTestGateway();
-});
-
-afterAll(async () => {
-  await gw?.stop();
-  tmp?.cleanup();
-});
-
 describe("aws s3 (high-level commands)", () => {
   it("mb creates the bucket and ls lists it", async () => {
-    const mb = expectSuccess(await aws(["s3", "mb", `s3://${BUCKET}`]), "aws s3 mb");
-    expect(mb.stdout).toContain(`make_bucket: ${BUCKET}`);
+    expect((await mb(BUCKET)).stdout).toContain(`make_bucket: ${BUCKET}`);
     const ls = expectSuccess(await aws(["s3", "ls"]), "aws s3 ls");
     expect(ls.stdout).toMatch(new RegExp(`\\s${BUCKET}$`, "m"));
-    lease = await bucketLease(gw, BUCKET);
+    lease = await bucketLease(suite.gw, BUCKET);
   });
 
   it("cp of a 20 MiB file takes the multipart path with --metadata alone: committed under the lease, bytes round-trip", async () => {
     const data = randomData(20 * MiB);
     writeFile(local("big.bin"), data);
     // No plugin: the token reaches CreateMultipartUpload only, as metadata.
-    const up = await aws([
-      "s3",
-      "cp",
-      "--no-progress",
+    const up = await cp(
       local("big.bin"),
       `s3://${BUCKET}/big.bin`,
       "--metadata",
       `fence-token=${lease.fencingToken},purpose=test`,
-    ]);
+    );
     expectSuccess(up, "aws s3 cp (upload, multipart, --metadata)");
     expect(up.stdout).toContain(`upload: ./big.bin to s3://${BUCKET}/big.bin`);
 
-    const head = expectSuccess(
-      await aws(["s3api", "head-object", "--bucket", BUCKET, "--key", "big.bin"]),
-      "head-object",
-    );
+    const head = expectSuccess(await headObject("big.bin"), "head-object");
     const info = JSON.parse(head.stdout) as { ContentLength: number; ETag: string; Metadata: object };
     expect(info.ContentLength).toBe(20 * MiB);
     // aws cli's default 8 MiB parts: 8 + 8 + 4.
     expect(info.ETag).toMatch(/^"[0-9a-f]{32}-3"$/);
     expect(info.Metadata).toEqual({ purpose: "test" });
 
-    const records = await auditRecords(gw, { bucket: BUCKET, key: "big.bin" });
-    expect(records.map((r) => [r.op, r.decision, r.token])).toEqual([
-      ["CreateMultipartUpload", "accepted", lease.token],
-      ["UploadPart", "accepted", lease.token],
-      ["UploadPart", "accepted", lease.token],
-      ["UploadPart", "accepted", lease.token],
-      ["CompleteMultipartUpload", "accepted", lease.token],
-    ]);
-    const completes = await auditRecords(gw, {
-      bucket: BUCKET,
-      key: "big.bin",
-      op: "CompleteMultipartUpload",
-    });
-    expect(completes.map((c) => [c.decision, c.token])).toEqual([["accepted", lease.token]]);
+    await expectCommittedUnderLease(suite.gw, BUCKET, "big.bin", lease.token, 3);
 
     // Download (ranged GETs for a file this size) and compare.
-    const down = await aws(["s3", "cp", "--no-progress", `s3://${BUCKET}/big.bin`, local("big.down")]);
+    const down = await cp(`s3://${BUCKET}/big.bin`, local("big.down"));
     expectSuccess(down, "aws s3 cp (download)");
     expect(md5Hex(readFileSync(local("big.down")))).toBe(md5Hex(data));
   });
 
   it("cp of a 20 MiB file without a token is refused at CreateMultipartUpload", async () => {
-    const r = await aws(["s3", "cp", "--no-progress", local("big.bin"), `s3://${BUCKET}/big-unfenced.bin`]);
+    const r = await cp(local("big.bin"), `s3://${BUCKET}/big-unfenced.bin`);
     expectRefused(r, "FencingTokenRequired", "aws s3 cp (multipart, no token)");
     expect(r.stderr).toContain("CreateMultipartUpload operation");
-    const head = await aws(["s3api", "head-object", "--bucket", BUCKET, "--key", "big-unfenced.bin"]);
+    const head = await headObject("big-unfenced.bin");
     expectRefused(head, "404", "head-object of the refused upload");
   });
 
   it("sync uploads a directory tree with --metadata, ls lists it, a second sync has nothing to do", async () => {
     writeTree(local("site"), SYNC_TREE);
-    const sync = await aws([
-      "s3",
-      "sync",
-      "--no-progress",
-      local("site"),
-      `s3://${BUCKET}/site`,
-      "--metadata",
-      `fence-token=${lease.fencingToken}`,
-    ]);
+    const sync = await syncSiteUp();
     expectSuccess(sync, "aws s3 sync");
     expect(sync.stdout.match(/^upload: /gm)).toHaveLength(Object.keys(SYNC_TREE).length);
 
@@ -181,18 +171,7 @@ describe("aws s3 (high-level commands)", () => {
     expect(top.stdout).toMatch(/PRE ünï cödé\/$/m);
     expect(top.stdout).toMatch(/\sa\.txt$/m);
 
-    const again = expectSuccess(
-      await aws([
-        "s3",
-        "sync",
-        "--no-progress",
-        local("site"),
-        `s3://${BUCKET}/site`,
-        "--metadata",
-        `fence-token=${lease.fencingToken}`,
-      ]),
-      "aws s3 sync (unchanged)",
-    );
+    const again = expectSuccess(await syncSiteUp(), "aws s3 sync (unchanged)");
     expect(again.stdout.trim()).toBe("");
 
     expectSuccess(
@@ -213,7 +192,7 @@ describe("aws s3 (high-level commands)", () => {
     const r = await aws(["s3", "rm", `s3://${BUCKET}/site/a.txt`]);
     expectRefused(r, "FencingTokenRequired", "aws s3 rm without a token");
     expect(r.stderr).toContain("delete failed");
-    const head = await aws(["s3api", "head-object", "--bucket", BUCKET, "--key", "site/a.txt"]);
+    const head = await headObject("site/a.txt");
     expectSuccess(head, "head-object after the refused delete");
   });
 
@@ -229,19 +208,7 @@ describe("aws s3 (high-level commands)", () => {
     const changed = { ...SYNC_TREE, "index.html": "<h1>hello again</h1>\n" } as Record<string, string>;
     delete changed["b.txt"];
     writeFile(join(local("site"), "index.html"), changed["index.html"]!);
-    const sync = await aws(
-      [
-        "s3",
-        "sync",
-        "--no-progress",
-        "--delete",
-        local("site"),
-        `s3://${BUCKET}/site`,
-        "--metadata",
-        `fence-token=${lease.fencingToken}`,
-      ],
-      { plugin: lease.fencingToken },
-    );
+    const sync = await syncSiteUp(["--delete"], { plugin: lease.fencingToken });
     expectSuccess(sync, "aws s3 sync --delete (plugin)");
     expect(sync.stdout).toContain(`delete: s3://${BUCKET}/site/b.txt`);
     expect(sync.stdout).toContain(`upload: site/index.html to s3://${BUCKET}/site/index.html`);
@@ -250,58 +217,41 @@ describe("aws s3 (high-level commands)", () => {
   });
 
   it("cp between keys with --metadata (CopyObject; UploadPartCopy for 20 MiB); mv with the plugin", async () => {
-    const small = await aws([
-      "s3",
-      "cp",
-      "--no-progress",
+    const small = await cp(
       `s3://${BUCKET}/site/index.html`,
       `s3://${BUCKET}/copies/index.html`,
-      "--metadata",
-      `fence-token=${lease.fencingToken}`,
-    ]);
+      ...metadataToken(lease.fencingToken),
+    );
     expectSuccess(small, "aws s3 cp s3:// s3:// (CopyObject, --metadata)");
     const refused = await aws(["s3", "cp", `s3://${BUCKET}/site/index.html`, `s3://${BUCKET}/copies/x.html`]);
     expectRefused(refused, "FencingTokenRequired", "aws s3 cp s3:// s3:// without a token");
 
     // A multipart copy: --metadata reaches CreateMultipartUpload, which binds the UploadPartCopy
     // parts and the completion to the lease.
-    const big = await aws([
-      "s3",
-      "cp",
-      "--no-progress",
+    const big = await cp(
       `s3://${BUCKET}/big.bin`,
       `s3://${BUCKET}/copies/big.bin`,
-      "--metadata",
-      `fence-token=${lease.fencingToken}`,
-    ]);
+      ...metadataToken(lease.fencingToken),
+    );
     expectSuccess(big, "aws s3 cp s3:// s3:// (multipart copy, --metadata)");
-    const head = JSON.parse(
-      expectSuccess(
-        await aws(["s3api", "head-object", "--bucket", BUCKET, "--key", "copies/big.bin"]),
-        "head-object",
-      ).stdout,
-    ) as { ContentLength: number; ETag: string };
+    const head = JSON.parse(expectSuccess(await headObject("copies/big.bin"), "head-object").stdout) as {
+      ContentLength: number;
+      ETag: string;
+    };
     expect(head.ContentLength).toBe(20 * MiB);
     expect(head.ETag).toMatch(/-3"$/);
-    const copies = await auditRecords(gw, { bucket: BUCKET, key: "copies/big.bin", op: "UploadPartCopy" });
-    expect(copies.map((c) => [c.decision, c.token])).toEqual([
-      ["accepted", lease.token],
-      ["accepted", lease.token],
-      ["accepted", lease.token],
-    ]);
-    const completes = await auditRecords(gw, {
-      bucket: BUCKET,
-      key: "copies/big.bin",
-      op: "CompleteMultipartUpload",
-    });
-    expect(completes.map((c) => [c.decision, c.token])).toEqual([["accepted", lease.token]]);
-    const copied = await aws([
-      "s3",
-      "cp",
-      "--no-progress",
-      `s3://${BUCKET}/copies/big.bin`,
-      local("copy.down"),
-    ]);
+    await expectAccepted(
+      suite.gw,
+      { bucket: BUCKET, key: "copies/big.bin", op: "UploadPartCopy" },
+      lease.token,
+      3,
+    );
+    await expectAccepted(
+      suite.gw,
+      { bucket: BUCKET, key: "copies/big.bin", op: "CompleteMultipartUpload" },
+      lease.token,
+    );
+    const copied = await cp(`s3://${BUCKET}/copies/big.bin`, local("copy.down"));
     expectSuccess(copied, "aws s3 cp (download of the copy)");
     expect(md5Hex(readFileSync(local("copy.down")))).toBe(md5Hex(readFileSync(local("big.bin"))));
 
@@ -344,10 +294,7 @@ describe("aws s3api (one request per command)", () => {
     );
     expect(JSON.parse(put.stdout)).toMatchObject({ ETag: `"${md5Hex(body)}"` });
 
-    const head = expectSuccess(
-      await aws(["s3api", "head-object", "--bucket", BUCKET, "--key", "api/one.txt"]),
-      "head-object",
-    );
+    const head = expectSuccess(await headObject("api/one.txt"), "head-object");
     // The token is taken out of the metadata: readers never learn a live token.
     expect(JSON.parse(head.stdout)).toMatchObject({
       ContentLength: body.length,
@@ -406,7 +353,7 @@ describe("aws s3api (one request per command)", () => {
       plugin: lease.fencingToken,
     });
     expectSuccess(ok, "delete-object (plugin)");
-    const head = await aws(["s3api", "head-object", "--bucket", BUCKET, "--key", "api/one.txt"]);
+    const head = await headObject("api/one.txt");
     expectRefused(head, "404", "head-object after delete");
   });
 });
@@ -415,12 +362,11 @@ describe("stale tokens", () => {
   const bucket = "awscli-stale";
 
   it("a superseded lease's token is refused with StaleFencingToken; the object keeps the newer write", async () => {
-    expectSuccess(await aws(["s3", "mb", `s3://${bucket}`]), "aws s3 mb");
-    const { stale, fresh } = await supersededLeases(gw, bucket);
+    const { stale, fresh } = await bucketWithStaleToken(suite.gw, bucket, mb);
     writeFile(local("fresh.txt"), "fresh\n");
     writeFile(local("stale.txt"), "stale!\n");
-    expectSuccess(
-      await aws([
+    const putObject = (file: string, token: string) =>
+      aws([
         "s3api",
         "put-object",
         "--bucket",
@@ -428,50 +374,29 @@ describe("stale tokens", () => {
         "--key",
         "k.txt",
         "--body",
-        local("fresh.txt"),
-        "--metadata",
-        `fence-token=${fresh.fencingToken}`,
-      ]),
-      "put-object (fresh token)",
-    );
+        local(file),
+        ...metadataToken(token),
+      ]);
+    expectSuccess(await putObject("fresh.txt", fresh.fencingToken), "put-object (fresh token)");
 
-    const api = await aws([
-      "s3api",
-      "put-object",
-      "--bucket",
-      bucket,
-      "--key",
-      "k.txt",
-      "--body",
-      local("stale.txt"),
-      "--metadata",
-      `fence-token=${stale.fencingToken}`,
-    ]);
+    const api = await putObject("stale.txt", stale.fencingToken);
     expectRefused(api, "StaleFencingToken", "put-object (stale token)");
     expect(api.stderr).toContain("PutObject operation");
 
-    const cp = await aws([
-      "s3",
-      "cp",
-      "--no-progress",
+    const staleCp = await cp(
       local("stale.txt"),
       `s3://${bucket}/k.txt`,
-      "--metadata",
-      `fence-token=${stale.fencingToken}`,
-    ]);
-    expectRefused(cp, "StaleFencingToken", "aws s3 cp (stale token)");
+      ...metadataToken(stale.fencingToken),
+    );
+    expectRefused(staleCp, "StaleFencingToken", "aws s3 cp (stale token)");
 
     // Multipart (20 MiB): refused at CreateMultipartUpload, before any part is sent.
     writeFile(local("stale-big.bin"), randomData(20 * MiB));
-    const big = await aws([
-      "s3",
-      "cp",
-      "--no-progress",
+    const big = await cp(
       local("stale-big.bin"),
       `s3://${bucket}/k.txt`,
-      "--metadata",
-      `fence-token=${stale.fencingToken}`,
-    ]);
+      ...metadataToken(stale.fencingToken),
+    );
     expectRefused(big, "StaleFencingToken", "aws s3 cp (multipart, stale token)");
     expect(big.stderr).toContain("CreateMultipartUpload operation");
 
@@ -480,40 +405,31 @@ describe("stale tokens", () => {
 
     const got = expectSuccess(await aws(["s3", "cp", `s3://${bucket}/k.txt`, "-"]), "aws s3 cp to stdout");
     expect(got.stdout).toBe("fresh\n");
-    const rejected = await auditRecords(gw, { bucket, decision: "rejected" });
-    expect(rejected.map((r) => [r.op, r.reason, r.token])).toEqual([
-      ["PutObject", "StaleFencingToken", stale.token],
-      ["PutObject", "StaleFencingToken", stale.token],
-      ["CreateMultipartUpload", "StaleFencingToken", stale.token],
-      ["DeleteObject", "StaleFencingToken", stale.token],
+    await expectStaleRejections(suite.gw, bucket, stale.token, [
+      "PutObject",
+      "PutObject",
+      "CreateMultipartUpload",
+      "DeleteObject",
     ]);
-    const parts = await auditRecords(gw, { bucket, op: "UploadPart" });
+    const parts = await auditRecords(suite.gw, { bucket, op: "UploadPart" });
     expect(parts).toEqual([]);
   });
 
   it("lease lost during cp - (stdin, multipart, --metadata alone): the next part is refused with 409", async () => {
     const b = "awscli-lost";
-    expectSuccess(await aws(["s3", "mb", `s3://${b}`]), "aws s3 mb");
-    const old = await bucketLease(gw, b);
-    const { result } = await uploadAcrossTakeOver(gw, {
-      lease: old,
+    const { result } = await leaseLostMidUpload(suite.gw, {
+      bucket: b,
       key: "stream.bin",
       partSize: 8 * MiB,
-      launch: () =>
-        start(
-          AWS,
+      create: mb,
+      launch: (old) =>
+        AWS.start(
           [
             "--endpoint-url",
-            gw.url,
-            "s3",
-            "cp",
-            "--no-progress",
-            "-",
-            `s3://${b}/stream.bin`,
-            "--metadata",
-            `fence-token=${old.fencingToken}`,
+            suite.gw.url,
+            ...cpArgs("-", `s3://${b}/stream.bin`, ...metadataToken(old.fencingToken)),
           ],
-          { env: awsEnv(undefined), cwd: tmp.path },
+          awsEnv(undefined),
         ),
     });
     expect(result.stderr).toContain("UploadPart operation");

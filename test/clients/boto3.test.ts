@@ -1,12 +1,16 @@
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
-import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 import {
-  auditRecords,
   bucketLease,
+  bucketWithStaleToken,
   clientEnv,
+  clientSuite,
+  expectAccepted,
+  expectCommittedUnderLease,
+  expectStaleRejections,
   FIXTURES,
+  leaseLostMidUpload,
   MiB,
   md5Hex,
   type RunResult,
@@ -15,8 +19,6 @@ import {
   run,
   type StartedClient,
   start,
-  supersededLeases,
-  uploadAcrossTakeOver,
   writeFile,
 } from "./helpers.js";
 
@@ -48,8 +50,8 @@ type StepResult = Record<string, unknown> & {
   sent?: { op: string; headers: string[] }[];
 };
 
-let gw: TestGateway;
-let tmp: { path: string; cleanup(): void };
+const suite = clientSuite({ tempPrefix: "fencegate-boto3-" });
+const { local } = suite;
 
 let boto3Checked: Promise<void> | undefined;
 
@@ -57,7 +59,7 @@ let boto3Checked: Promise<void> | undefined;
 function requireBoto3(): Promise<void> {
   boto3Checked ??= (async () => {
     requireExecutable(PYTHON, "python3");
-    const probe = await run(PYTHON, ["-c", "import boto3"], { env: clientEnv(join(tmp.path, "home")) });
+    const probe = await run(PYTHON, ["-c", "import boto3"], { env: clientEnv(suite.home) });
     if (probe.code !== 0) {
       throw new Error(
         `${PYTHON} cannot import boto3: install the Debian package python3-boto3\n${probe.stderr}`,
@@ -66,16 +68,6 @@ function requireBoto3(): Promise<void> {
   })();
   return boto3Checked;
 }
-
-beforeAll(async () => {
-  tmp = tempDir("fencegate-boto3-");
-  gw = await startTestGateway();
-});
-
-afterAll(async () => {
-  await gw?.stop();
-  tmp?.cleanup();
-});
 
 const MODES: [string, Record<string, string>, boolean][] = [
   ["awscrt signer, botocore's default here", {}, true],
@@ -86,22 +78,31 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
   const bucket = crt ? "boto3-crt" : "boto3-python";
   let lease: Lease;
 
+  /** The arguments and options of the script running one step. */
+  function stepCommand(
+    name: string,
+    args: Record<string, unknown>,
+  ): [string, string[], { env: Record<string, string>; timeoutMs: number }] {
+    return [
+      PYTHON,
+      [SCRIPT, name, JSON.stringify({ endpoint: suite.gw.url, bucket, ...args })],
+      { env: clientEnv(suite.home, modeEnv), timeoutMs: 90_000 },
+    ];
+  }
+
   async function step(name: string, args: Record<string, unknown>): Promise<StepResult> {
     await requireBoto3();
-    const r = await run(PYTHON, [SCRIPT, name, JSON.stringify({ endpoint: gw.url, bucket, ...args })], {
-      env: clientEnv(join(tmp.path, "home"), modeEnv),
-      timeoutMs: 90_000,
-    });
+    const r = await run(...stepCommand(name, args));
     return parsed(name, r);
   }
 
   /** A step that reads its data from stdin, which the test feeds (requireBoto3 first). */
   function stepStdin(name: string, args: Record<string, unknown>): StartedClient {
-    return start(PYTHON, [SCRIPT, name, JSON.stringify({ endpoint: gw.url, bucket, ...args })], {
-      env: clientEnv(join(tmp.path, "home"), modeEnv),
-      timeoutMs: 90_000,
-    });
+    return start(...stepCommand(name, args));
   }
+
+  /** create_bucket, which must succeed. */
+  const createBucket = (name: string) => ok("create_bucket", { bucket: name });
 
   function parsed(name: string, r: RunResult): StepResult {
     let out: StepResult;
@@ -129,8 +130,8 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
   }
 
   it("put_object with Metadata={'fence-token': …}, get_object, head_object, list_objects_v2", async () => {
-    await ok("create_bucket", {});
-    lease = await bucketLease(gw, bucket);
+    await createBucket(bucket);
+    lease = await bucketLease(suite.gw, bucket);
     const put = await ok("put", {
       key: "docs/a.txt",
       body: "hello boto3\n",
@@ -163,7 +164,7 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
 
   it("upload_file of 20 MiB (multipart: 8 MiB threshold and parts) with ExtraArgs Metadata alone", async () => {
     const data = randomData(20 * MiB);
-    const file = writeFile(join(tmp.path, `${bucket}-big.bin`), data);
+    const file = writeFile(local(`${bucket}-big.bin`), data);
 
     const up = await ok("upload_file", {
       key: "big/20mib.bin",
@@ -187,20 +188,11 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
       expect(s.headers.includes("x-amz-meta-fence-token")).toBe(s.op === "CreateMultipartUpload");
     }
 
-    const records = await auditRecords(gw, { bucket, key: "big/20mib.bin" });
-    expect(records.map((r) => [r.op, r.decision, r.token])).toEqual([
-      ["CreateMultipartUpload", "accepted", lease.token],
-      ["UploadPart", "accepted", lease.token],
-      ["UploadPart", "accepted", lease.token],
-      ["UploadPart", "accepted", lease.token],
-      ["CompleteMultipartUpload", "accepted", lease.token],
-    ]);
-    const completes = await auditRecords(gw, { bucket, key: "big/20mib.bin", op: "CompleteMultipartUpload" });
-    expect(completes.map((c) => [c.decision, c.token])).toEqual([["accepted", lease.token]]);
+    await expectCommittedUnderLease(suite.gw, bucket, "big/20mib.bin", lease.token, 3);
 
     const down = await ok("download_file", {
       key: "big/20mib.bin",
-      file: join(tmp.path, `${bucket}-big.down`),
+      file: local(`${bucket}-big.down`),
     });
     expect(down.md5).toBe(md5Hex(data));
 
@@ -237,25 +229,19 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
     const partCopies = big.sent!.filter((s) => s.op === "UploadPartCopy");
     expect(partCopies).toHaveLength(3);
     for (const s of partCopies) expect(s.headers).not.toContain("x-fence-token");
-    const copies = await auditRecords(gw, { bucket, key: "copies/20mib.bin", op: "UploadPartCopy" });
-    expect(copies.map((c) => [c.decision, c.token])).toEqual([
-      ["accepted", lease.token],
-      ["accepted", lease.token],
-      ["accepted", lease.token],
-    ]);
-    const completes = await auditRecords(gw, {
-      bucket,
-      key: "copies/20mib.bin",
-      op: "CompleteMultipartUpload",
-    });
-    expect(completes.map((c) => [c.decision, c.token])).toEqual([["accepted", lease.token]]);
+    await expectAccepted(suite.gw, { bucket, key: "copies/20mib.bin", op: "UploadPartCopy" }, lease.token, 3);
+    await expectAccepted(
+      suite.gw,
+      { bucket, key: "copies/20mib.bin", op: "CompleteMultipartUpload" },
+      lease.token,
+    );
     const down = await ok("download_file", {
       key: "copies/20mib.bin",
-      file: join(tmp.path, `${bucket}-copy.down`),
+      file: local(`${bucket}-copy.down`),
     });
     const orig = await ok("download_file", {
       key: "big/20mib.bin",
-      file: join(tmp.path, `${bucket}-orig.down`),
+      file: local(`${bucket}-orig.down`),
     });
     expect(down.md5).toBe(orig.md5);
   });
@@ -275,8 +261,7 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
 
   it("a stale token is refused with 409 StaleFencingToken (ClientError); the object keeps the newer write", async () => {
     const staleBucket = `${bucket}-stale`;
-    await ok("create_bucket", { bucket: staleBucket });
-    const { stale, fresh } = await supersededLeases(gw, staleBucket);
+    const { stale, fresh } = await bucketWithStaleToken(suite.gw, staleBucket, createBucket);
     await ok("put", { bucket: staleBucket, key: "k", body: "fresh", meta_token: fresh.fencingToken });
 
     const put = await refused(
@@ -292,7 +277,7 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
     );
     expect(del.status).toBe(409);
     // Multipart: refused at CreateMultipartUpload, before any part is sent.
-    const file = writeFile(join(tmp.path, `${bucket}-stale-big.bin`), randomData(12 * MiB));
+    const file = writeFile(local(`${bucket}-stale-big.bin`), randomData(12 * MiB));
     const mp = await refused(
       "upload_file",
       { bucket: staleBucket, key: "k", file, meta_token: stale.fencingToken },
@@ -300,24 +285,22 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
     );
     expect(mp.operation).toBe("CreateMultipartUpload");
     expect((await ok("get", { bucket: staleBucket, key: "k" })).body).toBe("fresh");
-    const rejected = await auditRecords(gw, { bucket: staleBucket, decision: "rejected" });
-    expect(rejected.map((r) => [r.op, r.reason, r.token])).toEqual([
-      ["PutObject", "StaleFencingToken", stale.token],
-      ["DeleteObject", "StaleFencingToken", stale.token],
-      ["CreateMultipartUpload", "StaleFencingToken", stale.token],
+    await expectStaleRejections(suite.gw, staleBucket, stale.token, [
+      "PutObject",
+      "DeleteObject",
+      "CreateMultipartUpload",
     ]);
   });
 
   it("lease lost during upload_fileobj(stdin) with ExtraArgs Metadata alone: the next part is refused with 409", async () => {
     const lostBucket = `${bucket}-lost`;
-    await ok("create_bucket", { bucket: lostBucket });
-    const old = await bucketLease(gw, lostBucket);
-    await requireBoto3();
-    const { result } = await uploadAcrossTakeOver(gw, {
-      lease: old,
+    const { result } = await leaseLostMidUpload(suite.gw, {
+      bucket: lostBucket,
       key: "stream.bin",
       partSize: 8 * MiB,
-      launch: () =>
+      // create_bucket has run requireBoto3, which stepStdin needs.
+      create: createBucket,
+      launch: (old) =>
         stepStdin("upload_stdin", { bucket: lostBucket, key: "stream.bin", meta_token: old.fencingToken }),
     });
     const out = parsed("upload_stdin", result);

@@ -2,10 +2,10 @@ import { execFile, spawn } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { accessSync, constants, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
-import { GetObjectCommand, PutObjectCommand } from "@aws-sdk/client-s3";
-import { expect } from "vitest";
+import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from "@aws-sdk/client-s3";
+import { afterAll, beforeAll, expect } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
-import { CREDENTIALS, type TestGateway } from "../support/gateway.js";
+import { CREDENTIALS, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 
 /**
  * Shared pieces of the client compatibility suites: each suite drives one real S3 client (a
@@ -15,6 +15,69 @@ import { CREDENTIALS, type TestGateway } from "../support/gateway.js";
 
 export const FIXTURES = resolve(import.meta.dirname, "fixtures");
 export const MiB = 1024 * 1024;
+
+/** What a suite's beforeAll sets up: its own gateway and, with `tempPrefix`, its own temp dir. */
+export type ClientSuite = {
+  readonly gw: TestGateway;
+  /** The temp dir: the clients' cwd, holding their config files, their data and `home`. */
+  readonly dir: string;
+  /** The clients' private HOME, inside `dir`. */
+  readonly home: string;
+  /** A path in `dir`. */
+  local(name: string): string;
+};
+
+/**
+ * Registers the beforeAll/afterAll of a client suite: a temp dir (with `tempPrefix`), an
+ * in-process gateway (started with `gateway`), then `setup` (the client's config files, which
+ * may name the gateway's URL); afterwards the gateway is stopped and the temp dir removed.
+ */
+export function clientSuite(
+  opts: {
+    tempPrefix?: string;
+    gateway?: Parameters<typeof startTestGateway>[0];
+    setup?: (suite: ClientSuite) => void;
+  } = {},
+): ClientSuite {
+  let gw: TestGateway | undefined;
+  let tmp: { path: string; cleanup(): void } | undefined;
+  const suite: ClientSuite = {
+    get gw() {
+      if (gw === undefined) throw new Error("the suite's gateway is not running (it starts in beforeAll)");
+      return gw;
+    },
+    get dir() {
+      if (tmp === undefined) throw new Error("the suite has no temp dir (clientSuite without tempPrefix)");
+      return tmp.path;
+    },
+    get home() {
+      return join(suite.dir, "home");
+    },
+    local: (name) => join(suite.dir, name),
+  };
+  beforeAll(async () => {
+    if (opts.tempPrefix !== undefined) tmp = tempDir(opts.tempPrefix);
+    gw = await startTestGateway(opts.gateway);
+    opts.setup?.(suite);
+  });
+  afterAll(async () => {
+    await gw?.stop();
+    tmp?.cleanup();
+  });
+  return suite;
+}
+
+/**
+ * Writes a client's INI config file (aws cli, s3cmd, rclone): each section as `[name]` then
+ * its `key = value` lines, with a final newline.
+ */
+export function writeIni(path: string, sections: Record<string, Record<string, string>>): string {
+  const lines = Object.entries(sections).flatMap(([name, entries]) => [
+    `[${name}]`,
+    ...Object.entries(entries).map(([key, value]) => `${key} = ${value}`),
+  ]);
+  return writeFile(path, [...lines, ""].join("\n"));
+}
 
 /**
  * Fails (never skips) when a client program is missing: the suite exists to prove that these
@@ -100,6 +163,33 @@ export function expectRefused(r: RunResult, code: string, what: string): RunResu
   expect(r.signal).toBeNull();
   expect(`${r.stdout}\n${r.stderr}`).toContain(code);
   return r;
+}
+
+/** A client program as a suite runs it, to completion (`run`) or fed through its stdin (`start`). */
+export type ClientProgram = {
+  run(args: string[], env?: Record<string, string>): Promise<RunResult>;
+  start(args: string[], env?: Record<string, string>): StartedClient;
+};
+
+/**
+ * A client program of a suite: every command first checks for the program (a missing one fails
+ * the test, see requireExecutable), puts `leading()` (its config file, its retry settings)
+ * before the command's arguments, and runs with clientEnv (the suite's private HOME, plus
+ * `env`), the suite's temp dir as cwd and 90 s to finish.
+ */
+export function clientProgram(
+  suite: ClientSuite,
+  program: { path: string; debianPackage: string; leading?: () => string[] },
+): ClientProgram {
+  const { path, debianPackage, leading = () => [] } = program;
+  const options = (env: Record<string, string>) => {
+    requireExecutable(path, debianPackage);
+    return { env: clientEnv(suite.home, env), cwd: suite.dir, timeoutMs: 90_000 };
+  };
+  return {
+    run: (args, env = {}) => run(path, [...leading(), ...args], options(env)),
+    start: (args, env = {}) => start(path, [...leading(), ...args], options(env)),
+  };
 }
 
 /** A client started by `start`: the test feeds its stdin. */
@@ -210,6 +300,19 @@ export async function supersededLeases(
   return { stale, fresh };
 }
 
+/**
+ * A new bucket, made by the client under test (`create`), with a stale and a fresh token for it
+ * (supersededLeases): the opening of every client's stale-token test.
+ */
+export async function bucketWithStaleToken(
+  gw: TestGateway,
+  bucket: string,
+  create: (bucket: string) => Promise<unknown>,
+): Promise<{ stale: Lease; fresh: Lease }> {
+  await create(bucket);
+  return supersededLeases(gw, bucket);
+}
+
 export type AuditEntry = {
   op: string;
   bucket: string | null;
@@ -226,6 +329,77 @@ export async function auditRecords(
 ): Promise<AuditEntry[]> {
   const page = await gw.leases.audit({ limit: "1000", ...query });
   return page.records as AuditEntry[];
+}
+
+/** Asserts that exactly `count` records match the query, each accepted under `token`. */
+export async function expectAccepted(
+  gw: TestGateway,
+  query: Record<string, string | undefined>,
+  token: number,
+  count = 1,
+): Promise<void> {
+  const records = await auditRecords(gw, query);
+  expect(records.map((r) => [r.decision, r.token])).toEqual(
+    Array.from({ length: count }, () => ["accepted", token]),
+  );
+}
+
+/**
+ * Asserts that the multipart upload of `key` was committed under `token`: its audit trail is
+ * CreateMultipartUpload, `parts` UploadParts and CompleteMultipartUpload, all accepted with it.
+ */
+export async function expectCommittedUnderLease(
+  gw: TestGateway,
+  bucket: string,
+  key: string,
+  token: number,
+  parts: number,
+): Promise<void> {
+  const records = await auditRecords(gw, { bucket, key });
+  expect(records.map((r) => [r.op, r.decision, r.token])).toEqual([
+    ["CreateMultipartUpload", "accepted", token],
+    ...Array.from({ length: parts }, () => ["UploadPart", "accepted", token]),
+    ["CompleteMultipartUpload", "accepted", token],
+  ]);
+  await expectAccepted(gw, { bucket, key, op: "CompleteMultipartUpload" }, token);
+}
+
+/** Asserts that the only audit record of `key` is its CreateMultipartUpload, refused for want of a token. */
+export async function expectRefusedAtCreate(gw: TestGateway, bucket: string, key: string): Promise<void> {
+  const records = await auditRecords(gw, { bucket, key });
+  expect(records.map((r) => [r.op, r.decision, r.reason])).toEqual([
+    ["CreateMultipartUpload", "rejected", "FencingTokenRequired"],
+  ]);
+}
+
+/** Asserts that the writes refused in `bucket` are `ops`, in order, each StaleFencingToken with `token`. */
+export async function expectStaleRejections(
+  gw: TestGateway,
+  bucket: string,
+  token: number,
+  ops: string[],
+): Promise<void> {
+  const rejected = await auditRecords(gw, { bucket, decision: "rejected" });
+  expect(rejected.map((r) => [r.op, r.reason, r.token])).toEqual(
+    ops.map((op) => [op, "StaleFencingToken", token]),
+  );
+}
+
+/**
+ * Asserts, with an S3 HEAD, that `key` is a multipart object of `parts` parts and `size` bytes
+ * whose metadata kept no token.
+ */
+export async function expectMultipartObject(
+  gw: TestGateway,
+  bucket: string,
+  key: string,
+  parts: number,
+  size: number,
+): Promise<void> {
+  const head = await gw.s3().send(new HeadObjectCommand({ Bucket: bucket, Key: key }));
+  expect(head.ETag).toMatch(new RegExp(`^"[0-9a-f]{32}-${parts}"$`));
+  expect(head.ContentLength).toBe(size);
+  expect(head.Metadata).not.toHaveProperty("fence-token");
 }
 
 /**
@@ -351,6 +525,31 @@ export async function uploadAcrossTakeOver(
     summary.filter(([op, decision]) => op === "CompleteMultipartUpload" && decision === "accepted"),
   ).toEqual([]);
   return { result, fresh, records };
+}
+
+/**
+ * The lease-lost-mid-upload scenario as every program-driven client runs it: `create` makes
+ * `bucket` with the client, a bucket lease is taken, and uploadAcrossTakeOver runs the client
+ * (`launch`, given that lease) on `key`.
+ */
+export async function leaseLostMidUpload(
+  gw: TestGateway,
+  opts: {
+    bucket: string;
+    key: string;
+    partSize: number;
+    create: (bucket: string) => Promise<unknown>;
+    launch: (lease: Lease) => StartedClient;
+  },
+): Promise<{ result: RunResult; fresh: Lease; records: AuditEntry[] }> {
+  await opts.create(opts.bucket);
+  const lease = await bucketLease(gw, opts.bucket);
+  return uploadAcrossTakeOver(gw, {
+    lease,
+    key: opts.key,
+    partSize: opts.partSize,
+    launch: () => opts.launch(lease),
+  });
 }
 
 /**
