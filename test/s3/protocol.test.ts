@@ -361,16 +361,14 @@ describe("declared lengths", () => {
 
 describe("refusals that must not leak or fail", () => {
   it("answers bad response-* overrides with 400, not 500", async () => {
-    await gw
-      .s3()
-      .send(
-        new PutObjectCommand({
-          Bucket: bucket,
-          Key: "override.txt",
-          Body: "o",
-          Metadata: { "fence-token": lease.fencingToken },
-        }),
-      );
+    await gw.s3().send(
+      new PutObjectCommand({
+        Bucket: bucket,
+        Key: "override.txt",
+        Body: "o",
+        Metadata: { "fence-token": lease.fencingToken },
+      }),
+    );
     const res = await rawRequest(
       gw.url,
       await signRequest(gw.url, {
