@@ -62,7 +62,7 @@ export class WriteFencer {
 
   async write<T extends Committed>(
     ctx: WriteContext,
-    commit: (fence: WriteFence, hooks: CommitHooks) => Promise<T>,
+    commit: (fence: WriteFence, hooks: CommitHooks, auth: AuthorizedWrite) => Promise<T>,
   ): Promise<T & { token: number | null }> {
     let auth: AuthorizedWrite | undefined;
     try {
@@ -77,7 +77,7 @@ export class WriteFencer {
             recordedInCommit = true;
           }
         : undefined;
-      const result = await commit(fence, { beforeCommit: () => this.recheckLease(auth!), inCommit });
+      const result = await commit(fence, { beforeCommit: () => this.recheckLease(auth!), inCommit }, auth);
       if (!recordedInCommit) {
         await this.record(ctx, auth, {
           decision: "accepted",

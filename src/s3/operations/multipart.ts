@@ -65,10 +65,9 @@ export const createMultipartUpload: S3Operation = async (req, { backend, fencer 
   const metadata = metadataFromHeaders(req.headers);
   await backend.headBucket(bucket);
   const ctx = writeContext(req, "CreateMultipartUpload");
-  const result = await fencer.write(ctx, async (fence, hooks) => {
+  const result = await fencer.write(ctx, async (fence, hooks, auth) => {
     // The fencer has authorized the token; its claims name the lease the upload is bound to.
-    const auth = fence ? await fencer.authorize(ctx) : null;
-    const leaseId = auth?.fenced ? auth.claims.leaseId : null;
+    const leaseId = auth.fenced ? auth.claims.leaseId : null;
     return store.createUpload({ bucket, key, metadata, fence, leaseId, initiator: req.principal }, hooks);
   });
   return {
