@@ -221,8 +221,4 @@ export function multipartEtag(partMd5Hexes: readonly string[]): string {
 }
 
 /** An ETag as a client may send it (quoted or not, weak or not) reduced to its bare value. */
-export const bareEtag = (etag: string): string =>
-  etag
-    .trim()
-    .replace(/^W\//, "")
-    .replace(/^"(.*)"$/, "$1");
+export { normalizeEtag as bareEtag } from "./etag.js";

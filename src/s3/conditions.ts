@@ -1,4 +1,5 @@
 import type { IncomingHttpHeaders } from "node:http";
+import { etagListMatches } from "../backends/etag.js";
 import type { ObjectInfo } from "../backends/storage-backend.js";
 import { DomainError } from "../core/errors.js";
 
@@ -58,22 +59,6 @@ function evaluate(
   if (onNotModified === "fail")
     throw preconditionFailed(ifNoneMatch !== undefined ? names.ifNoneMatch : names.ifModifiedSince);
   return "not-modified";
-}
-
-/** An If-Match / If-None-Match list against an ETag; quotes and W/ are optional. */
-export function etagListMatches(list: string, etag: string): boolean {
-  const want = normalizeEtag(etag);
-  return list.split(",").some((candidate) => {
-    const c = candidate.trim();
-    return c === "*" || normalizeEtag(c) === want;
-  });
-}
-
-export function normalizeEtag(etag: string): string {
-  return etag
-    .trim()
-    .replace(/^W\//, "")
-    .replace(/^"(.*)"$/, "$1");
 }
 
 function preconditionFailed(header: string): DomainError {

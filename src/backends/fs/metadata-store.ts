@@ -1,5 +1,6 @@
 import { DomainError, StaleTokenError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
+import { etagListMatches } from "../etag.js";
 import type { SeekFrom } from "../list-helper.js";
 import type { CommitHooks, ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
 
@@ -234,7 +235,7 @@ export class FsMetadataStore {
     const row = this.stmts.row.get(bucket, key);
     if (fence && row?.hct != null && fence.token < row.hct) throw new StaleTokenError(fence.token, row.hct);
     const live = isLive(row) ? row : undefined;
-    if (conditions?.ifMatch !== undefined && !(live && etagMatches(conditions.ifMatch, live.etag))) {
+    if (conditions?.ifMatch !== undefined && !(live && etagListMatches(conditions.ifMatch, live.etag))) {
       throw new DomainError(
         "PreconditionFailed",
         "At least one of the pre-conditions you specified did not hold",
@@ -243,7 +244,7 @@ export class FsMetadataStore {
         },
       );
     }
-    if (conditions?.ifNoneMatch !== undefined && live && etagMatches(conditions.ifNoneMatch, live.etag)) {
+    if (conditions?.ifNoneMatch !== undefined && live && etagListMatches(conditions.ifNoneMatch, live.etag)) {
       throw new DomainError(
         "PreconditionFailed",
         "At least one of the pre-conditions you specified did not hold",
@@ -289,15 +290,3 @@ function nextHighestToken(row: ObjectRow | undefined, fence: WriteFence): number
   if (!fence) return current;
   return current === null ? fence.token : Math.max(current, fence.token);
 }
-
-/** `*`, or a comma-separated list of quoted, unquoted or weak ETags. */
-function etagMatches(condition: string, etag: string | null): boolean {
-  if (etag === null) return false;
-  const wanted = normalizeEtag(etag);
-  return condition.split(",").some((candidate) => {
-    const c = candidate.trim();
-    return c === "*" || normalizeEtag(c) === wanted;
-  });
-}
-
-const normalizeEtag = (etag: string) => etag.replace(/^W\//, "").replace(/^"(.*)"$/, "$1");
