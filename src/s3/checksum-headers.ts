@@ -1,13 +1,6 @@
 import type { Checksums, ObjectInfo } from "../backends/storage-backend.js";
+import { CHECKSUM_ALGORITHMS, type ChecksumAlgorithm, checksumHeaderName } from "./body/index.js";
 import { header, type S3Request } from "./context.js";
-
-const NAMES: Record<string, string> = {
-  CRC32: "x-amz-checksum-crc32",
-  CRC32C: "x-amz-checksum-crc32c",
-  SHA1: "x-amz-checksum-sha1",
-  SHA256: "x-amz-checksum-sha256",
-  CRC64NVME: "x-amz-checksum-crc64nvme",
-};
 
 /** Checksum response headers: after a write, and on GET/HEAD with x-amz-checksum-mode: ENABLED. */
 export function checksumHeaders(
@@ -16,8 +9,9 @@ export function checksumHeaders(
   const out: Record<string, string> = {};
   if (!checksums) return out;
   for (const [algorithm, value] of Object.entries(checksums)) {
-    const name = NAMES[algorithm];
-    if (name && value) out[name] = value;
+    if (value && (CHECKSUM_ALGORITHMS as readonly string[]).includes(algorithm)) {
+      out[checksumHeaderName(algorithm as ChecksumAlgorithm)] = value;
+    }
   }
   if (Object.keys(out).length > 0) out["x-amz-checksum-type"] = "FULL_OBJECT";
   return out;

@@ -2,6 +2,7 @@ import type { IncomingHttpHeaders } from "node:http";
 import { etagListMatches } from "../backends/etag.js";
 import type { ObjectInfo } from "../backends/storage-backend.js";
 import { DomainError } from "../core/errors.js";
+import { headerValue } from "./auth/index.js";
 
 /** The outcome of evaluating conditional headers against an object. */
 export type ConditionResult = "proceed" | "not-modified";
@@ -41,10 +42,10 @@ function evaluate(
   names: Names,
   onNotModified: "not-modified" | "fail",
 ): ConditionResult {
-  const ifMatch = one(headers[names.ifMatch]);
-  const ifNoneMatch = one(headers[names.ifNoneMatch]);
-  const modifiedSince = date(one(headers[names.ifModifiedSince]));
-  const unmodifiedSince = date(one(headers[names.ifUnmodifiedSince]));
+  const ifMatch = headerValue(headers, names.ifMatch);
+  const ifNoneMatch = headerValue(headers, names.ifNoneMatch);
+  const modifiedSince = date(headerValue(headers, names.ifModifiedSince));
+  const unmodifiedSince = date(headerValue(headers, names.ifUnmodifiedSince));
   const modified = Math.floor(info.lastModified.getTime() / 1000) * 1000;
 
   if (ifMatch !== undefined) {
@@ -69,10 +70,6 @@ function preconditionFailed(header: string): DomainError {
       condition: header,
     },
   );
-}
-
-function one(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v.join(",") : v;
 }
 
 /** An unparseable date is ignored, as S3 does. */

@@ -3,6 +3,7 @@ import type { Readable } from "node:stream";
 import type { StorageBackend } from "../backends/storage-backend.js";
 import type { WriteFencer } from "../fence/write-fencer.js";
 import type { Logger } from "../log.js";
+import { headerValue } from "./auth/index.js";
 import type { XmlNode } from "./xml.js";
 
 export type S3Services = {
@@ -42,6 +43,5 @@ export type S3Response = {
 export type S3Operation = (req: S3Request, services: S3Services) => Promise<S3Response>;
 
 export function header(req: Pick<S3Request, "headers">, name: string): string | undefined {
-  const v = req.headers[name];
-  return Array.isArray(v) ? v.join(",") : v;
+  return headerValue(req.headers, name);
 }

@@ -1,6 +1,7 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { ObjectHeaders, ObjectInfo, ObjectMetadata } from "../backends/storage-backend.js";
 import { DomainError } from "../core/errors.js";
+import { headerValue } from "./auth/index.js";
 import { FENCE_TOKEN_META_HEADER } from "./fence-token.js";
 import { decodeMetadataValue, encodeMetadataValue } from "./metadata-encoding.js";
 
@@ -21,7 +22,7 @@ const STANDARD: ReadonlyArray<[keyof ObjectHeaders, string]> = [
 export function metadataFromHeaders(headers: IncomingHttpHeaders): ObjectMetadata {
   const std: ObjectHeaders = {};
   for (const [field, name] of STANDARD) {
-    const v = single(headers[name]);
+    const v = headerValue(headers, name);
     if (v !== undefined) std[field] = v;
   }
   if (std.contentEncoding !== undefined) {
@@ -35,10 +36,10 @@ export function metadataFromHeaders(headers: IncomingHttpHeaders): ObjectMetadat
   }
   const userMetadata: Record<string, string> = {};
   let bytes = 0;
-  for (const [name, value] of Object.entries(headers)) {
+  for (const name of Object.keys(headers)) {
     if (!name.startsWith(META_PREFIX) || name === FENCE_TOKEN_META_HEADER) continue;
     const short = name.slice(META_PREFIX.length);
-    const v = decodeMetadataValue(single(value) ?? "");
+    const v = decodeMetadataValue(headerValue(headers, name) ?? "");
     userMetadata[short] = v;
     bytes += Buffer.byteLength(short) + Buffer.byteLength(v);
   }
@@ -67,8 +68,4 @@ export function objectResponseHeaders(info: ObjectInfo): Record<string, string> 
   for (const [name, value] of Object.entries(info.userMetadata))
     out[META_PREFIX + name] = encodeMetadataValue(value);
   return out;
-}
-
-function single(v: string | string[] | undefined): string | undefined {
-  return Array.isArray(v) ? v.join(",") : v;
 }

@@ -7,7 +7,7 @@ export {
   STREAMING_UNSIGNED_PAYLOAD_TRAILER,
   UNSIGNED_PAYLOAD,
 } from "./payload-hash.js";
-export type { RequestHeaders } from "./request-headers.js";
+export { headerValue, type RequestHeaders } from "./request-headers.js";
 export {
   isS3RequestError,
   S3AuthError,
