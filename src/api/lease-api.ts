@@ -1,7 +1,13 @@
 import type { IncomingMessage } from "node:http";
 import type { Context } from "hono";
 import { Hono } from "hono";
-import type { AuditDecision, AuditLog, AuditQuery } from "../audit/audit-log.js";
+import {
+  type AuditDecision,
+  type AuditLog,
+  type AuditQuery,
+  DEFAULT_AUDIT_LIMIT,
+  MAX_AUDIT_LIMIT,
+} from "../audit/audit-log.js";
 import { DomainError } from "../core/errors.js";
 import type { Caller, LeaseService } from "../fence/lease-service.js";
 import type { LeaseResource } from "../leases/lease-store.js";
@@ -23,8 +29,6 @@ export type LeaseApiOptions = {
   authenticate: (c: Context<ApiEnv>) => Promise<{ principal: string; body: Buffer }>;
   health: HealthCheck;
 };
-
-const MAX_AUDIT_LIMIT = 1000;
 
 /** The JSON lease API and health endpoint (contract: "Lease API"). */
 export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
@@ -132,7 +136,7 @@ function resourceOf(body: Record<string, unknown>): LeaseResource {
 function auditQuery(c: Context<ApiEnv>): AuditQuery {
   const q = (name: string) => c.req.query(name) || undefined;
   const limitRaw = q("limit");
-  let limit = 100;
+  let limit = DEFAULT_AUDIT_LIMIT;
   if (limitRaw !== undefined) {
     if (!/^\d+$/.test(limitRaw) || Number(limitRaw) < 1 || Number(limitRaw) > MAX_AUDIT_LIMIT) {
       throw invalid(`limit must be a whole number from 1 to ${MAX_AUDIT_LIMIT}`);

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import type { Context } from "hono";
 import { DomainError } from "../core/errors.js";
+import { splitRawUrl } from "../s3/addressing.js";
 import { S3RequestError, UNSIGNED_PAYLOAD } from "../s3/auth/index.js";
 import type { RequestAuthenticator } from "../s3/request-auth.js";
 import { continueBody } from "../server/expect-continue.js";
@@ -29,12 +30,9 @@ export function apiAuthenticator(auth: RequestAuthenticator) {
         "The provided 'x-amz-content-sha256' header does not match what was computed.",
       );
     }
-    const rawUrl = incoming.url ?? "/";
-    const q = rawUrl.indexOf("?");
     const result = auth.authenticate({
       method: incoming.method ?? "GET",
-      rawPath: q === -1 ? rawUrl : rawUrl.slice(0, q),
-      rawQuery: q === -1 ? "" : rawUrl.slice(q + 1),
+      ...splitRawUrl(incoming.url),
       headers,
     });
     return { principal: result.accessKeyId, body };

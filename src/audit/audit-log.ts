@@ -5,6 +5,10 @@
 
 export type AuditDecision = "accepted" | "rejected";
 
+/** Page sizes of audit queries (contract: default 100, at most 1000). */
+export const DEFAULT_AUDIT_LIMIT = 100;
+export const MAX_AUDIT_LIMIT = 1000;
+
 export type AuditRecord = {
   seq: number;
   time: string; // ISO 8601

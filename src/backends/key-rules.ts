@@ -67,9 +67,6 @@ export function assertValidObjectKey(key: string): void {
   if (problem) throw new DomainError("InvalidObjectName", problem.message, { key, reason: problem.reason });
 }
 
-/** Alias of assertValidObjectKey (the name the S3 layer uses). */
-export const validateObjectKey = assertValidObjectKey;
-
 const BUCKET_CHARS = /^[a-z0-9][a-z0-9.-]*[a-z0-9]$/;
 const IP_LIKE = /^\d{1,3}(\.\d{1,3}){3}$/;
 // Prefixes and suffixes S3 reserves for its own features (access points, directory buckets...).
@@ -97,6 +94,3 @@ export function assertValidBucketName(name: string): void {
   const problem = bucketNameProblem(name);
   if (problem) throw new DomainError("InvalidBucketName", problem, { bucket: name });
 }
-
-/** Alias of assertValidBucketName. */
-export const validateBucketName = assertValidBucketName;

@@ -48,9 +48,6 @@ export function wasAudited(err: unknown): boolean {
   return typeof err === "object" && err !== null && (err as Record<symbol, unknown>)[AUDITED] === true;
 }
 
-/** A refusal carries the fields the S3 layer turns into headers. */
-export type FenceRefusal = DomainError & { details: { highestToken?: number | null } };
-
 /**
  * Runs one write through the fencing rules: authorize (signature, scope, lease), refuse early
  * when the token is already below the object's HCT (before reading the body), let the backend

@@ -20,7 +20,8 @@ export function addressRequest(rawPath: string, hostHeader: string | undefined, 
   return { bucket: decode(path.slice(0, slash)), key: key === "" ? null : decode(key), virtualHost: false };
 }
 
-function bucketFromHost(hostHeader: string | undefined, domain: string): string | null {
+/** The bucket a virtual-hosted request names in its Host header (`bucket.domain`), if any. */
+export function bucketFromHost(hostHeader: string | undefined, domain: string): string | null {
   if (!hostHeader) return null;
   const host = hostHeader.replace(/:\d+$/, "").toLowerCase();
   const suffix = `.${domain.toLowerCase()}`;
@@ -35,4 +36,13 @@ function decode(s: string): string {
   } catch {
     throw new DomainError("InvalidArgument", "Couldn't parse the specified URI.", { s3Code: "InvalidURI" });
   }
+}
+
+/** A request target as received: its path and its query string, both still encoded. */
+export function splitRawUrl(url: string | undefined): { rawPath: string; rawQuery: string } {
+  const target = url ?? "/";
+  const q = target.indexOf("?");
+  return q === -1
+    ? { rawPath: target, rawQuery: "" }
+    : { rawPath: target.slice(0, q), rawQuery: target.slice(q + 1) };
 }

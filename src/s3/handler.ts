@@ -1,10 +1,10 @@
 import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 import type { Context } from "hono";
-import { validateObjectKey } from "../backends/key-rules.js";
+import { assertValidObjectKey } from "../backends/key-rules.js";
 import type { Logger } from "../log.js";
 import { continueBody } from "../server/expect-continue.js";
-import { addressRequest } from "./addressing.js";
+import { addressRequest, splitRawUrl } from "./addressing.js";
 import { EMPTY_SHA256 } from "./auth/index.js";
 import type { DecodedBody, S3Request, S3Response, S3Services } from "./context.js";
 import { selectOperation } from "./dispatch.js";
@@ -29,10 +29,7 @@ export function s3Handler(opts: S3HandlerOptions) {
     const incoming = c.env.incoming;
     const requestId = c.get("requestId");
     const log = c.get("log");
-    const rawUrl = incoming.url ?? "/";
-    const q = rawUrl.indexOf("?");
-    const rawPath = q === -1 ? rawUrl : rawUrl.slice(0, q);
-    const rawQuery = q === -1 ? "" : rawUrl.slice(q + 1);
+    const { rawPath, rawQuery } = splitRawUrl(incoming.url);
     const method = incoming.method ?? "GET";
     let resource = rawPath;
     let refusal: { op: string; req: S3Request } | undefined;
@@ -63,7 +60,7 @@ export function s3Handler(opts: S3HandlerOptions) {
       };
       const op = selectOperation(req);
       if (WRITE_OPERATIONS.has(op.name)) refusal = { op: op.name, req };
-      if (addressed.key !== null) validateObjectKey(addressed.key);
+      if (addressed.key !== null) assertValidObjectKey(addressed.key);
       log.debug({ op: op.name, bucket: req.bucket, key: req.key, principal: req.principal }, "s3 request");
       const res = await op.run(req, opts.services);
       return toResponse(res, method);

@@ -11,6 +11,7 @@ import { type Clock, systemClock } from "../core/clock.js";
 import { LeaseService } from "../fence/lease-service.js";
 import { WriteFencer } from "../fence/write-fencer.js";
 import { createLogger, type Logger } from "../log.js";
+import { bucketFromHost } from "../s3/addressing.js";
 import { type S3Env, s3Handler } from "../s3/handler.js";
 import { createRequestAuthenticator } from "../s3/request-auth.js";
 import { installClientErrorHandler } from "./client-errors.js";
@@ -156,7 +157,5 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
 }
 
 function isBucketHost(incoming: IncomingMessage, domain: string | undefined): boolean {
-  if (!domain) return false;
-  const host = (incoming.headers.host ?? "").replace(/:\d+$/, "").toLowerCase();
-  return host.endsWith(`.${domain.toLowerCase()}`);
+  return domain !== undefined && bucketFromHost(incoming.headers.host, domain) !== null;
 }

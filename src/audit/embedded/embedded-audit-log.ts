@@ -2,7 +2,14 @@ import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
 import { prefixSuccessor } from "../../leases/lease-rules.js";
-import type { AuditDraft, AuditLog, AuditQuery, AuditRecord } from "../audit-log.js";
+import {
+  type AuditDraft,
+  type AuditLog,
+  type AuditQuery,
+  type AuditRecord,
+  DEFAULT_AUDIT_LIMIT,
+  MAX_AUDIT_LIMIT,
+} from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "./cursor.js";
 import { migrateAuditTables } from "./schema.js";
 
@@ -34,9 +41,6 @@ type AuditRow = {
 
 const COLUMNS =
   "seq, time, op, bucket, key, prefix, token, lease_id, owner, principal, decision, reason, highest_token, request_id, gateway";
-
-export const DEFAULT_AUDIT_LIMIT = 100;
-export const MAX_AUDIT_LIMIT = 1000;
 
 /**
  * The audit log kept in the gateway's own SQLite file. append is one autocommit INSERT: with

@@ -1,4 +1,4 @@
-import { validateObjectKey } from "../../backends/key-rules.js";
+import { assertValidObjectKey } from "../../backends/key-rules.js";
 import type { ObjectMetadata } from "../../backends/storage-backend.js";
 import { DomainError } from "../../core/errors.js";
 import { checkCopySourceConditions } from "../conditions.js";
@@ -80,6 +80,6 @@ export function copySource(req: S3Request): { bucket: string; key: string } {
     );
   }
   const key = path.slice(slash + 1);
-  validateObjectKey(key);
+  assertValidObjectKey(key);
   return { bucket: path.slice(0, slash), key };
 }

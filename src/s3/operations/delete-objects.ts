@@ -1,4 +1,4 @@
-import { validateObjectKey } from "../../backends/key-rules.js";
+import { assertValidObjectKey } from "../../backends/key-rules.js";
 import { isDomainError } from "../../core/errors.js";
 import type { S3Operation } from "../context.js";
 import { toS3Error } from "../errors.js";
@@ -46,7 +46,7 @@ export const deleteObjects: S3Operation = async (req, { backend, fencer }) => {
         requestId: req.requestId,
       };
       try {
-        validateObjectKey(key);
+        assertValidObjectKey(key);
       } catch (e) {
         await fencer.recordRefusal(ctx, e);
         throw e;
