@@ -1,3 +1,4 @@
+import { prefixUpperBound } from "../core/prefix-range.js";
 import type { ListInput } from "./storage-backend.js";
 
 /**
@@ -23,23 +24,6 @@ export function compareKeys(a: string, b: string): number {
     return x < y ? -1 : 1;
   }
   return a.length === b.length ? 0 : a.length < b.length ? -1 : 1;
-}
-
-/**
- * The smallest string above every string that starts with `prefix` (code point order), or
- * null when there is none (empty prefix, or only U+10FFFF). Lets a listing jump past all keys
- * under a common prefix instead of reading them.
- */
-export function prefixUpperBound(prefix: string): string | null {
-  const points = Array.from(prefix);
-  while (points.length > 0) {
-    const last = points.pop()!.codePointAt(0)!;
-    if (last < 0x10ffff) {
-      points.push(String.fromCodePoint(last === 0xd7ff ? 0xe000 : last + 1));
-      return points.join("");
-    }
-  }
-  return null;
 }
 
 /** Where a seek starts: at `key` (inclusive) or just after it. */

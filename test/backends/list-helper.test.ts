@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { compareKeys, listSorted, prefixUpperBound, type SeekFrom } from "../../src/backends/list-helper.js";
+import { compareKeys, listSorted, type SeekFrom } from "../../src/backends/list-helper.js";
+import { prefixUpperBound } from "../../src/core/prefix-range.js";
 
 /** A sorted in-memory source that counts the entries it hands out. */
 function source(keys: string[]) {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { prefixUpperBound } from "../../src/core/prefix-range.js";
 import {
   covers,
   describeResource,
@@ -6,7 +7,6 @@ import {
   isActive,
   leaseState,
   overlaps,
-  prefixSuccessor,
   type ResourceRef,
   resourceOf,
 } from "../../src/leases/lease-rules.js";
@@ -105,11 +105,11 @@ describe("resourceOf and describeResource", () => {
   });
 });
 
-describe("prefixSuccessor", () => {
+describe("prefixUpperBound", () => {
   // Code point order, which is also UTF-8 byte order (SQLite's BINARY collation).
   const compare = (a: string, b: string) => Buffer.compare(Buffer.from(a), Buffer.from(b));
   const inRange = (s: string, p: string) => {
-    const upper = prefixSuccessor(p);
+    const upper = prefixUpperBound(p);
     return compare(s, p) >= 0 && (upper === null || compare(s, upper) < 0);
   };
 
@@ -145,8 +145,8 @@ describe("prefixSuccessor", () => {
   });
 
   it("has no bound for the empty prefix or one of only U+10FFFF", () => {
-    expect(prefixSuccessor("")).toBeNull();
-    expect(prefixSuccessor("\u{10FFFF}\u{10FFFF}")).toBeNull();
-    expect(prefixSuccessor("a/")).toBe("a0");
+    expect(prefixUpperBound("")).toBeNull();
+    expect(prefixUpperBound("\u{10FFFF}\u{10FFFF}")).toBeNull();
+    expect(prefixUpperBound("a/")).toBe("a0");
   });
 });

@@ -1,7 +1,7 @@
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
+import { prefixUpperBound } from "../../core/prefix-range.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
-import { prefixSuccessor } from "../../leases/lease-rules.js";
 import {
   type AuditDraft,
   type AuditLog,
@@ -125,7 +125,7 @@ export function createEmbeddedAuditLog({
       if (query.prefix) {
         // Ranges, not LIKE: `%` and `_` are ordinary characters in object keys.
         params["lower"] = query.prefix;
-        const upperPrefix = prefixSuccessor(query.prefix);
+        const upperPrefix = prefixUpperBound(query.prefix);
         if (upperPrefix === null) {
           where.push("(key >= @lower OR prefix >= @lower)");
         } else {

@@ -1,8 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
+import { prefixUpperBound } from "../../core/prefix-range.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
-import { overlaps, prefixSuccessor, resourceOf } from "../lease-rules.js";
+import { overlaps, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
@@ -263,7 +264,7 @@ export function createEmbeddedLeaseStore({
 
 /** `key` within the range of strings starting with `prefix` (an index range, not LIKE). */
 function keyRange(prefix: string): { sql: string; params: Record<string, string> } {
-  const upper = prefixSuccessor(prefix);
+  const upper = prefixUpperBound(prefix);
   return upper === null
     ? { sql: "key >= @lower", params: { lower: prefix } }
     : { sql: "key >= @lower AND key < @upper", params: { lower: prefix, upper } };
