@@ -6,24 +6,11 @@ import { readFileSync } from "node:fs";
 import { request } from "node:http";
 import { Sha256 } from "@aws-crypto/sha256-js";
 import { SignatureV4 } from "@smithy/signature-v4";
+import type { AuditRecord } from "../../src/audit/audit-log.js";
 import type { LeaseClient } from "../../src/client/lease-client.js";
 import { CREDENTIALS } from "./gateway.js";
 
-export type AuditRecord = {
-  seq: number;
-  time: string;
-  op: string;
-  bucket: string | null;
-  key: string | null;
-  prefix: string | null;
-  token: number | null;
-  leaseId: string | null;
-  decision: "accepted" | "rejected";
-  reason: string | null;
-  highestToken: number | null;
-  requestId: string | null;
-  gateway: string;
-};
+export type { AuditRecord };
 
 /** For S3 clients whose requests are expected to fail (the SDK warns on console otherwise). */
 export const quietLogger = { debug() {}, info() {}, warn() {}, error() {} };

@@ -1,7 +1,12 @@
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
 import type { SeekFrom } from "../list-helper.js";
-import { assertUploadFence, type MultipartUpload, type UploadRef } from "../multipart.js";
+import {
+  assertUploadFence,
+  type CreateUploadInput,
+  type MultipartUpload,
+  type UploadRef,
+} from "../multipart.js";
 import type { CommitHooks, ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
 import type { CommitResult, FsMetadataStore } from "./metadata-store.js";
 
@@ -63,16 +68,7 @@ export type PartRow = {
   last_modified: number;
 };
 
-export type NewUpload = {
-  uploadId: string;
-  bucket: string;
-  key: string;
-  metadata: ObjectMetadata;
-  fence: WriteFence;
-  leaseId: string | null;
-  initiator: string | null;
-  initiated: number;
-};
+export type NewUpload = CreateUploadInput & { uploadId: string; initiated: number };
 
 export type NewPart = {
   ref: UploadRef;
