@@ -1,6 +1,7 @@
 import type { IncomingMessage } from "node:http";
 import type { Context } from "hono";
 import { Hono } from "hono";
+import type { AccessPolicy } from "../access/access-policy.js";
 import {
   type AuditDecision,
   type AuditLog,
@@ -9,9 +10,11 @@ import {
   MAX_AUDIT_LIMIT,
 } from "../audit/audit-log.js";
 import { DomainError } from "../core/errors.js";
-import type { Caller, LeaseService } from "../fence/lease-service.js";
+import type { Keyring } from "../fence/tokens.js";
+import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { LeaseResource } from "../leases/lease-store.js";
-import { apiError, toApiError } from "./errors.js";
+import { toApiError } from "./errors.js";
+import { leaseView } from "./lease-view.js";
 
 export const API_BASE = "/_fence/v1";
 
@@ -24,6 +27,10 @@ export type HealthCheck = () => Promise<Record<string, unknown>>;
 
 export type LeaseApiOptions = {
   leases: LeaseService;
+  /** Signs the fencing tokens of the leases the API hands out. */
+  keyring: Keyring;
+  /** What each access key may lease, and who is an administrator. */
+  access: AccessPolicy;
   audit: AuditLog;
   /** Authenticates with SigV4; resolves the access key id or throws. */
   authenticate: (c: Context<ApiEnv>) => Promise<{ principal: string; body: Buffer }>;
@@ -33,13 +40,16 @@ export type LeaseApiOptions = {
 /** The JSON lease API and health endpoint (contract: "Lease API"). */
 export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>().basePath(API_BASE);
+  const view = (lease: Parameters<typeof leaseView>[0]) => leaseView(lease, opts.keyring);
 
   app.onError((err, c) => {
     const e = toApiError(err);
     return c.json(e.body, e.status as 400);
   });
   app.notFound((c) => {
-    const e = apiError(404, "NotFound", `no such endpoint: ${c.req.method} ${c.req.path}`);
+    const e = toApiError(
+      new DomainError("NoSuchEndpoint", `no such endpoint: ${c.req.method} ${c.req.path}`),
+    );
     return c.json(e.body, 404);
   });
 
@@ -70,23 +80,23 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
       throw invalid("owner must be a string of 1 to 256 characters");
     }
     const lease = await opts.leases.acquire({ resource, ttlMs, waitMs, owner }, caller(c));
-    return c.json(lease, 201);
+    return c.json(view(lease), 201);
   });
 
   app.get("/leases", async (c) => {
     const bucket = c.req.query("bucket") || undefined;
     const prefix = c.req.query("prefix") || undefined;
-    return c.json({ leases: await opts.leases.list({ bucket, prefix }) });
+    return c.json({ leases: (await opts.leases.list({ bucket, prefix })).map(view) });
   });
 
-  app.get("/leases/:leaseId", async (c) => c.json(await opts.leases.get(c.req.param("leaseId"))));
+  app.get("/leases/:leaseId", async (c) => c.json(view(await opts.leases.get(c.req.param("leaseId")))));
 
   app.post("/leases/:leaseId/renew", async (c) => {
     const body = c.get("body").length > 0 ? jsonBody(c) : {};
     const ttlMs = body.ttlMs;
     if (ttlMs !== undefined && typeof ttlMs !== "number")
       throw invalid("ttlMs must be a number of milliseconds");
-    return c.json(await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c)));
+    return c.json(view(await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c))));
   });
 
   app.delete("/leases/:leaseId", async (c) => {

@@ -1,10 +1,10 @@
 import { createHash } from "node:crypto";
 import type { Context } from "hono";
 import { DomainError } from "../core/errors.js";
-import { splitRawUrl } from "../s3/addressing.js";
-import { S3RequestError, UNSIGNED_PAYLOAD } from "../s3/auth/index.js";
-import type { RequestAuthenticator } from "../s3/request-auth.js";
-import { continueBody } from "../server/expect-continue.js";
+import type { RequestAuthenticator } from "../http/authenticator.js";
+import { continueBody } from "../http/expect-continue.js";
+import { splitRawUrl } from "../http/raw-url.js";
+import { UNSIGNED_PAYLOAD } from "../http/sigv4/index.js";
 import type { ApiEnv } from "./lease-api.js";
 
 /** Lease API request bodies are small JSON documents. */
@@ -25,7 +25,7 @@ export function apiAuthenticator(auth: RequestAuthenticator) {
     const claimed = headers["x-amz-content-sha256"];
     if (claimed === undefined) headers["x-amz-content-sha256"] = bodyHash;
     else if (claimed !== UNSIGNED_PAYLOAD && claimed !== bodyHash) {
-      throw new S3RequestError(
+      throw new DomainError(
         "XAmzContentSHA256Mismatch",
         "The provided 'x-amz-content-sha256' header does not match what was computed.",
       );

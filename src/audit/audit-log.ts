@@ -1,6 +1,12 @@
+import type { TxDomain } from "../core/tx.js";
+
 /**
- * The contract every audit log (embedded, redis) fulfils. Records are numbered by `seq` in
- * commit order; `append` resolves only once the record is durable.
+ * The contract every audit log (embedded, memory, redis) fulfils. Records are numbered by `seq`
+ * in commit order; `append` resolves only once the record is durable.
+ *
+ * A log that shares a TxDomain with a storage backend or a lease store (src/core/tx.ts) offers
+ * `appendInStep`: called inside one of that domain's atomic steps, the record commits or rolls
+ * back with the step's other changes.
  */
 
 export type AuditDecision = "accepted" | "rejected";
@@ -48,6 +54,10 @@ export type AuditPage = { records: AuditRecord[]; nextCursor: string | null };
 
 export interface AuditLog {
   readonly kind: string;
+  /** The domain of the log's own appends, when co-located components can share it. */
+  readonly domain?: TxDomain;
+  /** Present exactly when `domain` is: appends synchronously, inside a step of that domain. */
+  readonly appendInStep?: (draft: AuditDraft) => AuditRecord;
   append(draft: AuditDraft): Promise<AuditRecord>;
   query(query: AuditQuery): Promise<AuditPage>;
   ping(): Promise<void>;

@@ -1,16 +1,19 @@
 import type { Readable } from "node:stream";
-import type { MultipartStore } from "./multipart.js";
+import type { TxDomain } from "../core/tx.js";
+import type { CommitOutcome, FencedCommit, WriteConditions } from "../fence/commit.js";
 
 /**
- * The contract every storage backend (fs, s3, azure) fulfils. Bytes stream through;
- * no method reads a whole object body into memory.
+ * The contract every storage backend (fs, memory, s3, azure) fulfils, and every type backends
+ * share. Bytes stream through; no method reads a whole object body into memory.
  *
- * Fencing: a write carries `fence` (the token number) or null (an unfenced write under the
- * `optional` policy). The backend owns the atomic step: the object's highest committed
- * token (HCT) is compared with the write's token and updated in the same step that makes
- * the write visible (rule 3 of the contract). A refused write changes nothing (rule 5).
- * Errors are DomainErrors (src/core/errors.ts): StaleTokenError, NoSuchBucket, ...
+ * Writes commit through a FencedCommit (src/fence/commit.ts): the backend applies the commit's
+ * HCT rule and write conditions in one atomic step with the change, and a refused or failed
+ * write changes nothing. Errors are DomainErrors (src/core/errors.ts): NoSuchBucket, NoSuchKey,
+ * StaleFencingToken, PreconditionFailed, ... Keys reach a backend already validated
+ * (src/core/key-rules.ts); backends check them again only where a key becomes a path.
  */
+
+export type { CommitOutcome, FencedCommit, WriteConditions };
 
 export type ObjectHeaders = {
   contentType?: string;
@@ -21,14 +24,16 @@ export type ObjectHeaders = {
   expires?: string;
 };
 
-/** Checksums keyed by S3 algorithm name (CRC32, CRC32C, SHA1, SHA256, CRC64NVME), base64. */
-export type Checksums = Partial<Record<"CRC32" | "CRC32C" | "SHA1" | "SHA256" | "CRC64NVME", string>>;
+export const CHECKSUM_NAMES = ["CRC32", "CRC32C", "SHA1", "SHA256", "CRC64NVME"] as const;
 
+/** Checksums keyed by S3 algorithm name (CRC32, CRC32C, SHA1, SHA256, CRC64NVME), base64. */
+export type Checksums = Partial<Record<(typeof CHECKSUM_NAMES)[number], string>>;
+
+/** What a writer sets about an object besides its bytes. */
 export type ObjectMetadata = {
   headers: ObjectHeaders;
   /** User metadata without the `x-amz-meta-` prefix, names lower-cased. */
   userMetadata: Record<string, string>;
-  checksums?: Checksums;
 };
 
 export type ObjectInfo = ObjectMetadata & {
@@ -37,6 +42,27 @@ export type ObjectInfo = ObjectMetadata & {
   /** Quoted, as S3 returns it: `"<md5 hex>"` or `"<hex>-N"`. */
   etag: string;
   lastModified: Date;
+  /** The checksums the writer sent or asked for, verified when the body was received. */
+  checksums?: Checksums;
+};
+
+/** What the body's verification established. */
+export type BodyDigest = {
+  /** Decoded byte count. */
+  size: number;
+  /** Checksums to store with the object (the writer's, verified). */
+  checksums: Checksums;
+};
+
+/**
+ * An object body as the S3 layer hands it to a backend: the decoded bytes, and the promise of
+ * their verification (payload hash, chunk signatures, trailing checksum, Content-MD5). The stream
+ * errors, and `digest` rejects, when verification fails. A backend commits only after `digest`
+ * resolves, and stores `digest.checksums` with the object.
+ */
+export type VerifiedBody = {
+  stream: Readable;
+  digest: Promise<BodyDigest>;
 };
 
 export type ListEntry = { key: string; size: number; etag: string; lastModified: Date };
@@ -60,40 +86,19 @@ export type ListResult = {
 
 export type BucketInfo = { name: string; creationDate: Date };
 
-export type WriteFence = { token: number } | null;
-
-export type WriteConditions = {
-  /** Quoted or unquoted ETag the current object must have. */
-  ifMatch?: string;
-  /** `*`: the object must not exist. */
-  ifNoneMatch?: string;
-};
-
-export type CommitHooks = {
-  /**
-   * Called after the body has been received in full and verified, immediately before the
-   * atomic commit. Throws (a DomainError) to refuse the write; nothing is then changed.
-   * The fencing core re-checks here that the lease is still current (contract rule 4).
-   */
-  beforeCommit?: () => Promise<void>;
-  /**
-   * Called synchronously inside the atomic commit step, after the change and before it is
-   * made durable; throwing aborts the commit. A backend whose commit runs in a transaction of
-   * the embedded database calls it, so that the audit record is committed with the write in
-   * one step. Backends that cannot run code atomically with their commit do not call it; the
-   * caller then records the decision after the commit returns.
-   */
-  inCommit?: (outcome: { highestToken: number | null }) => void;
+/** What a write's early refusal needs to know about the object, before its body is read. */
+export type WriteState = {
+  /** The object's HCT, live or deleted; null when no fenced write ever reached it. */
+  highestToken: number | null;
+  /** The live object's ETag, or null when there is none. */
+  etag: string | null;
 };
 
 export type PutObjectInput = {
   bucket: string;
   key: string;
-  /** The decoded body. It errors if the body fails verification; the write is then abandoned. */
-  body: Readable;
+  body: VerifiedBody;
   metadata: ObjectMetadata;
-  fence: WriteFence;
-  conditions?: WriteConditions;
 };
 
 export type PutObjectResult = {
@@ -102,17 +107,17 @@ export type PutObjectResult = {
   lastModified: Date;
   /** The object's HCT after the commit (null when no fenced write ever reached it). */
   highestToken: number | null;
+  checksums: Checksums;
 };
 
-export type DeleteObjectInput = {
-  bucket: string;
-  key: string;
-  fence: WriteFence;
-};
+export type DeleteObjectInput = { bucket: string; key: string };
 
 export type DeleteObjectResult = { existed: boolean; highestToken: number | null };
 
 export type ByteRange = { start: number; end: number }; // inclusive, already resolved
+
+/** A range as requested: `start`-`end` (either may be open) or the last `suffix` bytes. */
+export type RangeRequest = { start?: number; end?: number; suffix?: number };
 
 export type GetObjectResult = {
   info: ObjectInfo;
@@ -121,25 +126,176 @@ export type GetObjectResult = {
   range?: ByteRange;
 };
 
-export interface StorageBackend {
+// ---- multipart uploads (S3 CreateMultipartUpload ... Complete/Abort) ----
+
+/** S3's bounds: part numbers 1..10000, every part but the last at least 5 MiB. */
+export const MIN_PART_NUMBER = 1;
+export const MAX_PART_NUMBER = 10_000;
+export const MIN_PART_SIZE = 5 * 1024 * 1024;
+
+/** The lease an upload was created under; its parts and completion are fenced with it. */
+export type UploadBinding = {
+  /** The token the upload is bound to; null when it was created without one. */
+  token: number | null;
+  leaseId: string | null;
+};
+
+export type MultipartUpload = UploadBinding & {
+  uploadId: string;
+  bucket: string;
+  key: string;
+  /** Applied to the object when the upload completes. */
+  metadata: ObjectMetadata;
+  /** Access key id of the principal that created the upload. */
+  initiator: string | null;
+  initiated: Date;
+};
+
+export type PartInfo = {
+  partNumber: number;
+  size: number;
+  /** Quoted md5 hex, as S3 returns it. */
+  etag: string;
+  lastModified: Date;
+};
+
+/** Which upload a request addresses: S3 names it by bucket, key and upload id together. */
+export type UploadRef = { bucket: string; key: string; uploadId: string };
+
+export type CreateUploadInput = UploadBinding & {
+  bucket: string;
+  key: string;
+  metadata: ObjectMetadata;
+  initiator: string | null;
+};
+
+export type CreateUploadResult = {
+  uploadId: string;
+  /** The object's HCT, unchanged by the creation. */
+  highestToken: number | null;
+};
+
+export type UploadPartInput = UploadRef & {
+  partNumber: number;
+  /** The part's bytes; the part is recorded only once `digest` resolves. */
+  body: VerifiedBody;
+};
+
+export type UploadPartResult = {
+  etag: string;
+  size: number;
+  lastModified: Date;
+  /** The object's HCT, unchanged by the part. */
+  highestToken: number | null;
+};
+
+export type CompletedPart = {
+  partNumber: number;
+  /** As the client sent it: quoted or not. */
+  etag: string;
+};
+
+export type CompleteUploadInput = UploadRef & { parts: CompletedPart[] };
+
+export type ListPartsInput = UploadRef & {
+  maxParts: number;
+  /** Parts with numbers strictly above this one. */
+  partNumberMarker?: number;
+};
+
+export type ListPartsResult = {
+  upload: MultipartUpload;
+  parts: PartInfo[];
+  isTruncated: boolean;
+  nextPartNumberMarker?: number;
+};
+
+export type ListUploadsInput = {
+  bucket: string;
+  prefix?: string;
+  delimiter?: string;
+  /** Uploads of keys strictly after this one, or, with uploadIdMarker, from within this key. */
+  keyMarker?: string;
+  /** With keyMarker: uploads of that key that come after this upload. */
+  uploadIdMarker?: string;
+  maxUploads: number;
+};
+
+export type ListUploadsResult = {
+  /** In key order, then in order of initiation. */
+  uploads: MultipartUpload[];
+  commonPrefixes: string[];
+  isTruncated: boolean;
+  nextKeyMarker?: string;
+  nextUploadIdMarker?: string;
+};
+
+/**
+ * Multipart uploads. An upload records the lease it was created under (UploadBinding); the
+ * fencing core checks every part and the completion against that binding before it commits.
+ * Creating an upload and uploading a part change nothing visible: their commits check the HCT
+ * rule (refusing a token already below the object's HCT) but never raise the HCT. Completion is
+ * a write like PutObject: the HCT rule and the object commit are one atomic step, and a refused
+ * completion changes nothing (the upload stays, to be completed again or aborted).
+ *
+ * Errors are DomainErrors: NoSuchUpload, InvalidPart, InvalidPartOrder, EntityTooSmall,
+ * InvalidArgument, MalformedXML, StaleFencingToken, NoSuchBucket, PreconditionFailed.
+ */
+export interface MultipartStore {
+  createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult>;
+  /** NoSuchUpload when unknown, completed or aborted. */
+  getUpload(ref: UploadRef): Promise<MultipartUpload>;
+  /** Stores the part durably, then records it (replacing a part with the same number). */
+  uploadPart(input: UploadPartInput, commit: FencedCommit): Promise<UploadPartResult>;
+  /** Assembles the object from the listed parts and commits it like a PutObject. */
+  completeUpload(input: CompleteUploadInput, commit: FencedCommit): Promise<PutObjectResult>;
+  /** Removes the upload and its parts. NoSuchUpload. */
+  abortUpload(ref: UploadRef): Promise<void>;
+  listParts(input: ListPartsInput): Promise<ListPartsResult>;
+  listUploads(input: ListUploadsInput): Promise<ListUploadsResult>;
+}
+
+/** What a backend can do; the fencing core adapts to it. */
+export type BackendCapabilities = {
+  /**
+   * The domain of the backend's atomic step when it can run code inside it (FencedCommit.atomic):
+   * the embedded database, or memory. Absent for remote stores.
+   */
+  domain?: TxDomain;
+};
+
+export interface StorageBackend extends BackendCapabilities {
   readonly kind: string;
-  /** Multipart uploads (src/backends/multipart.ts); absent when the backend has none. */
-  readonly multipart?: MultipartStore;
+  readonly multipart: MultipartStore;
 
   listBuckets(): Promise<BucketInfo[]>;
-  createBucket(bucket: string): Promise<void>; // BucketAlreadyOwnedByYou when it exists
-  headBucket(bucket: string): Promise<BucketInfo>; // NoSuchBucket
-  deleteBucket(bucket: string): Promise<void>; // NoSuchBucket, BucketNotEmpty
+  /** BucketAlreadyOwnedByYou when it exists; InvalidBucketName. */
+  createBucket(bucket: string): Promise<void>;
+  /** NoSuchBucket. */
+  headBucket(bucket: string): Promise<BucketInfo>;
+  /** NoSuchBucket, BucketNotEmpty. */
+  deleteBucket(bucket: string): Promise<void>;
 
-  putObject(input: PutObjectInput, hooks?: CommitHooks): Promise<PutObjectResult>;
-  deleteObject(input: DeleteObjectInput, hooks?: CommitHooks): Promise<DeleteObjectResult>;
+  /** The object's HCT and ETag, for refusing a doomed write before its body is read. NoSuchBucket. */
+  writeState(bucket: string, key: string): Promise<WriteState>;
+  putObject(input: PutObjectInput, commit: FencedCommit): Promise<PutObjectResult>;
+  deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult>;
+  /**
+   * Raises the object's HCT to at least `token` without changing its bytes or metadata (a live
+   * object stays live, a missing one gets a tombstone): how the fencing core fences a commit
+   * intent left by an ended lease, and how a broken lease's objects are fenced. Atomic with
+   * respect to commits; returns the HCT after it. Works whether or not the bucket exists.
+   */
+  raiseHighestToken(bucket: string, key: string, token: number): Promise<number>;
 
-  headObject(bucket: string, key: string): Promise<ObjectInfo>; // NoSuchBucket, NoSuchKey
+  /** NoSuchBucket, NoSuchKey. */
+  headObject(bucket: string, key: string): Promise<ObjectInfo>;
   /** `range` is resolved against the size by the backend (InvalidRange when unsatisfiable). */
   getObject(
     bucket: string,
     key: string,
-    range?: { start?: number; end?: number; suffix?: number },
+    range?: RangeRequest,
+    signal?: AbortSignal,
   ): Promise<GetObjectResult>;
   listObjects(input: ListInput): Promise<ListResult>;
 

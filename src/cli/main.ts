@@ -1,9 +1,5 @@
-import { parseArgs } from "node:util";
-import { auditCommand } from "./audit.js";
-import { leaseCommand } from "./lease.js";
-import { runCommand } from "./run.js";
-import { serveCommand } from "./serve.js";
-import { CliError } from "./shared.js";
+import { VERSION } from "../core/version.js";
+import { CliError, parse } from "./shared.js";
 
 const USAGE = `fencegate — fenced storage gateway
 
@@ -16,7 +12,9 @@ Usage:
   fencegate lease list [--bucket B] [--prefix P]
   fencegate audit [--bucket B] [--key K] [--prefix P] [--lease-id ID] [--decision accepted|rejected]
                   [--op OP] [--since ISO] [--until ISO] [--limit N] [--cursor C] [--all]
+  fencegate backend verify [--config FILE] [--bucket B]...
   fencegate run --bucket B (--key K | --prefix P) [--ttl-ms N] [--wait-ms N] [--owner O] -- CMD [ARGS...]
+  fencegate --version
 
 Client commands read FENCEGATE_ENDPOINT (default http://127.0.0.1:9700), AWS_ACCESS_KEY_ID and
 AWS_SECRET_ACCESS_KEY (default: the development credentials).
@@ -25,14 +23,17 @@ AWS_SECRET_ACCESS_KEY (default: the development credentials).
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
+    // Each command is loaded when it runs: client commands start without the server's modules.
     case "serve":
-      return serveCommand(rest);
+      return (await import("./serve.js")).serveCommand(rest);
     case "lease":
-      return leaseCommand(rest);
+      return (await import("./lease.js")).leaseCommand(rest);
     case "audit":
-      return auditCommand(rest);
+      return (await import("./audit.js")).auditCommand(rest);
     case "run":
-      return runCommand(rest);
+      return (await import("./run.js")).runCommand(rest);
+    case "backend":
+      return (await import("./backend.js")).backendCommand(rest);
     case "help":
     case "--help":
     case "-h":
@@ -41,8 +42,8 @@ async function main(argv: string[]): Promise<number> {
       return command === undefined ? 2 : 0;
     case "--version":
     case "version": {
-      parseArgs({ args: rest, strict: true });
-      process.stdout.write("fencegate 0.1.0\n");
+      parse(rest, {});
+      process.stdout.write(`fencegate ${VERSION}\n`);
       return 0;
     }
     default:

@@ -1,20 +1,8 @@
 import { Sha256 } from "@aws-crypto/sha256-js";
 import { SignatureV4 } from "@smithy/signature-v4";
+import type { Lease } from "../api/lease-view.js";
 
-/** A lease as the API returns it. */
-export type Lease = {
-  leaseId: string;
-  bucket: string;
-  key?: string;
-  prefix?: string;
-  owner: string;
-  token: number;
-  fencingToken: string;
-  ttlMs: number;
-  acquiredAt: string;
-  expiresAt: string;
-  state?: string;
-};
+export type { Lease };
 
 export type LeaseClientOptions = {
   endpoint: string;

@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { join } from "node:path";
+import { type AccessPolicy, createAccessPolicy, type PrincipalGrants } from "../access/access-policy.js";
 import { type Keyring, makeKeyring } from "../fence/tokens.js";
 import { ConfigError } from "./load.js";
 import type { Config } from "./schema.js";
@@ -13,6 +14,8 @@ export type Credentials = ReadonlyMap<string, string>;
 
 export type Secrets = {
   credentials: Credentials;
+  /** What each access key may do (src/access/access-policy.ts). */
+  access: AccessPolicy;
   keyring: Keyring;
   usesDevCredentials: boolean;
   usesGeneratedSigningKey: boolean;
@@ -24,11 +27,25 @@ export type Secrets = {
  * directory. Both defaults are refused unless the gateway listens on a loopback address only.
  */
 export function resolveSecrets(config: Config): Secrets {
-  const list = [...(config.rootCredential ? [config.rootCredential] : []), ...(config.credentials ?? [])];
+  // The root credential, and the development pair standing in for it, are administrators.
+  const root = config.rootCredential ? [{ ...config.rootCredential, admin: true, allow: undefined }] : [];
+  const list = [...root, ...(config.credentials ?? [])];
   const usesDevCredentials = list.length === 0;
-  if (usesDevCredentials)
-    list.push({ accessKeyId: DEV_ACCESS_KEY_ID, secretAccessKey: DEV_SECRET_ACCESS_KEY });
+  if (usesDevCredentials) {
+    list.push({
+      accessKeyId: DEV_ACCESS_KEY_ID,
+      secretAccessKey: DEV_SECRET_ACCESS_KEY,
+      admin: true,
+      allow: undefined,
+    });
+  }
   const credentials = new Map(list.map((c) => [c.accessKeyId, c.secretAccessKey]));
+  const grants = new Map<string, PrincipalGrants>();
+  for (const c of list) {
+    if (grants.has(c.accessKeyId)) continue; // the first mention (the root) wins
+    grants.set(c.accessKeyId, { admin: c.admin, rules: c.allow ?? "all" });
+  }
+  const access = createAccessPolicy(grants);
 
   const configured = config.tokens.keys;
   const usesGeneratedSigningKey = !configured;
@@ -56,7 +73,7 @@ export function resolveSecrets(config: Config): Secrets {
       );
     }
   }
-  return { credentials, keyring, usesDevCredentials, usesGeneratedSigningKey };
+  return { credentials, access, keyring, usesDevCredentials, usesGeneratedSigningKey };
 }
 
 export function isLoopback(host: string): boolean {

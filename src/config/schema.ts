@@ -1,27 +1,128 @@
 import { z } from "zod";
+import { ACTIONS } from "../access/access-policy.js";
 
 const policy = z.enum(["required", "optional"]);
 
-const credential = z.object({
+const accessRule = z
+  .object({
+    /** A bucket name, or `*` for every bucket. */
+    bucket: z.string().min(1),
+    /** Keys under this prefix only; "" (the default) for the whole bucket. */
+    prefix: z.string().default(""),
+    actions: z.array(z.enum(ACTIONS)).min(1),
+  })
+  .strict();
+
+const keyPair = {
   accessKeyId: z.string().min(3).max(128),
   secretAccessKey: z.string().min(8).max(256),
-});
+};
+
+const credential = z
+  .object({
+    ...keyPair,
+    /** Renews and releases anyone's lease, breaks leases; may do everything. */
+    admin: z.boolean().default(false),
+    /** What this key may read, write and lease; without it, everything (but not as an administrator). */
+    allow: z.array(accessRule).optional(),
+  })
+  .strict();
 
 const signingKey = z.object({
   id: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "letters, digits, _ and - only (1-64)"),
   secret: z.string().min(16, "at least 16 characters"),
 });
 
-const fsBackend = z.object({ type: z.literal("fs"), root: z.string().optional() });
-const s3Backend = z.object({
-  type: z.literal("s3"),
-  endpoint: z.string().optional(),
-  region: z.string().default("us-east-1"),
-  accessKeyId: z.string().optional(),
-  secretAccessKey: z.string().optional(),
-  forcePathStyle: z.boolean().default(false),
-});
-const azureBackend = z.object({ type: z.literal("azure"), connectionString: z.string().min(1) });
+const fsBackend = z.object({ type: z.literal("fs"), root: z.string().optional() }).strict();
+const s3Backend = z
+  .object({
+    type: z.literal("s3"),
+    /** Empty or absent for Amazon S3. */
+    endpoint: z.string().optional(),
+    region: z.string().default("us-east-1"),
+    /** Without them, the AWS SDK's default credential chain. */
+    accessKeyId: z.string().optional(),
+    secretAccessKey: z.string().optional(),
+    forcePathStyle: z.boolean().default(false),
+    /** Every call to the store gives up after this long (503 to the client). */
+    requestTimeoutMs: z.number().int().min(100).max(600_000).default(30_000),
+    /** fencegate's own namespace inside every store bucket (records, immutable blobs, uploads). */
+    metaPrefix: z.string().min(1).max(128).optional(),
+    /** Large bodies go to the store in parts of this size (bounded memory per upload). */
+    partSizeBytes: z
+      .number()
+      .int()
+      .min(5 * 1024 * 1024)
+      .optional(),
+    /** How often unreferenced blobs (replaced, refused, left by a crash) are collected; 0: never. */
+    gcIntervalMs: z.number().int().min(0).default(3_600_000),
+    /** Unreferenced blobs younger than this are left alone (a write in flight owns them). */
+    gcGraceMs: z.number().int().min(0).default(3_600_000),
+    /**
+     * A scratch bucket where conditional writes are checked at start-up; the gateway refuses to
+     * start when the store ignores them. Without it, each bucket is checked on its first write.
+     */
+    verifyBucket: z.string().min(3).optional(),
+  })
+  .strict();
+const azureBackend = z
+  .object({
+    type: z.literal("azure"),
+    /** A storage connection string (account key or SAS), or: */
+    connectionString: z.string().min(1).optional(),
+    /** The account's blob endpoint, e.g. https://acct.blob.core.windows.net, with one of: */
+    accountUrl: z.string().url().optional(),
+    accountName: z.string().optional(),
+    accountKey: z.string().optional(),
+    sasToken: z.string().optional(),
+    /** DefaultAzureCredential (needs the @azure/identity package installed beside fencegate). */
+    defaultCredential: z.boolean().optional(),
+    requestTimeoutMs: z.number().int().min(100).max(600_000).default(30_000),
+    /** fencegate's own blobs (multipart uploads) in every container. */
+    metaPrefix: z.string().min(1).max(128).optional(),
+    /** Bodies up to this size go in one Put Blob; larger ones in staged blocks of this size. */
+    blockSizeBytes: z
+      .number()
+      .int()
+      .min(1024 * 1024)
+      .optional(),
+    /** ADLS Gen2 (hierarchical namespace); asked from the account when absent. */
+    hierarchicalNamespace: z.boolean().optional(),
+  })
+  .strict()
+  .refine(
+    (a) =>
+      a.connectionString !== undefined ||
+      (a.accountUrl !== undefined &&
+        ((a.accountName !== undefined && a.accountKey !== undefined) ||
+          a.sasToken !== undefined ||
+          a.defaultCredential === true)),
+    {
+      message:
+        "give connectionString, or accountUrl with accountName and accountKey, a sasToken, or defaultCredential: true",
+    },
+  );
+
+const backendSpec = z.discriminatedUnion("type", [fsBackend, s3Backend, azureBackend]);
+
+/** Where a configured gateway bucket lives. */
+const bucketRoute = z
+  .object({
+    /** A name from `backends`, or "default" (the `backend` section). */
+    backend: z.string().min(1).default("default"),
+    /** The bucket or container in the store; the gateway bucket's own name when absent. */
+    target: z.string().min(1).optional(),
+    /** A key prefix inside the target, so that several gateway buckets can share one. */
+    prefix: z
+      .string()
+      .refine((p) => !p.startsWith("/") && !/[\u0000-\u001f\\]/.test(p) && Buffer.byteLength(p) <= 512, {
+        message:
+          "a prefix must not start with '/', hold control characters or backslashes, or exceed 512 bytes",
+      })
+      .default(""),
+    fencing: policy.optional(),
+  })
+  .strict();
 
 const leaseStore = z.discriminatedUnion("type", [
   z.object({ type: z.literal("embedded") }),
@@ -44,14 +145,37 @@ export const configSchema = z
           .min(1024)
           .max(1 << 20)
           .default(16 * 1024),
+        /** A client must send its whole header section within this long (slowloris clients). */
+        headersTimeoutMs: z.number().int().min(100).max(600_000).default(10_000),
+        /**
+         * A connection with no traffic either way for this long is closed (0: never): idle sockets,
+         * stalled uploads, readers that stop reading. Longer than any wait the server does on a
+         * client's behalf (a lease acquisition waits up to leases.maxWaitMs without sending).
+         */
+        idleTimeoutMs: z.number().int().min(0).max(3_600_000).default(120_000),
+        /** An idle keep-alive connection is closed after this long between two requests. */
+        keepAliveTimeoutMs: z.number().int().min(100).max(600_000).default(5_000),
+        /** A whole request, body included, must arrive within this long (0: no limit, for large uploads). */
+        requestTimeoutMs: z.number().int().min(0).max(86_400_000).default(0),
       })
       .strict()
-      .default({ host: "127.0.0.1", port: 9700, maxHeaderBytes: 16 * 1024 }),
+      .refine((s) => s.requestTimeoutMs === 0 || s.requestTimeoutMs >= s.headersTimeoutMs, {
+        message: "requestTimeoutMs must be 0 or at least headersTimeoutMs",
+      })
+      .default({
+        host: "127.0.0.1",
+        port: 9700,
+        maxHeaderBytes: 16 * 1024,
+        headersTimeoutMs: 10_000,
+        idleTimeoutMs: 120_000,
+        keepAliveTimeoutMs: 5_000,
+        requestTimeoutMs: 0,
+      }),
     dataDir: z.string().min(1).default("./data"),
     gatewayId: z.string().min(1).optional(),
     /** The root credential (FENCEGATE_ACCESS_KEY_ID / FENCEGATE_SECRET_ACCESS_KEY). */
-    rootCredential: credential.optional(),
-    /** Further access keys, all with the same rights. */
+    rootCredential: z.object(keyPair).strict().optional(),
+    /** Further access keys, each with its own rights (`allow`) and administrator flag. */
     credentials: z.array(credential).min(1).optional(),
     fencing: z
       .object({ default: policy.default("required"), buckets: z.record(z.string(), policy).default({}) })
@@ -70,7 +194,12 @@ export const configSchema = z
       .strict()
       .refine((l) => l.minTtlMs <= l.maxTtlMs, { message: "minTtlMs must not exceed maxTtlMs" })
       .default({ minTtlMs: 500, maxTtlMs: 3_600_000, maxWaitMs: 60_000 }),
-    backend: z.discriminatedUnion("type", [fsBackend, s3Backend, azureBackend]).default({ type: "fs" }),
+    /** The default backend: buckets not configured under `buckets` live there, under their own name. */
+    backend: backendSpec.default({ type: "fs" }),
+    /** Further backends, by name, for the buckets configured under `buckets`. */
+    backends: z.record(z.string().regex(/^[A-Za-z0-9_-]{1,64}$/), backendSpec).default({}),
+    /** Gateway buckets that live elsewhere than the default backend, or under a prefix. */
+    buckets: z.record(z.string(), bucketRoute).default({}),
     multipart: z
       .object({
         /** Uploads neither completed nor aborted are removed after this long. */
@@ -88,7 +217,35 @@ export const configSchema = z
       .strict()
       .default({ level: "info" }),
   })
-  .strict();
+  .strict()
+  .superRefine((c, ctx) => {
+    for (const [bucket, route] of Object.entries(c.buckets)) {
+      if (route.backend !== "default" && !(route.backend in c.backends)) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["buckets", bucket, "backend"],
+          message: `no backend named "${route.backend}" under backends (or use "default")`,
+        });
+      }
+    }
+    if (c.server.idleTimeoutMs !== 0 && c.server.idleTimeoutMs <= c.leases.maxWaitMs) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["server", "idleTimeoutMs"],
+        message: `must be 0 or longer than leases.maxWaitMs (${c.leases.maxWaitMs} ms): a lease request waits that long without traffic`,
+      });
+    }
+    const fs = [c.backend, ...Object.values(c.backends)].filter((b) => b.type === "fs");
+    if (fs.length > 1) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["backends"],
+        message: "at most one fs backend: its metadata lives in the gateway's own database",
+      });
+    }
+  });
 
 export type Config = z.infer<typeof configSchema>;
+export type BackendSpec = z.infer<typeof backendSpec>;
+export type BucketRouteSpec = z.infer<typeof bucketRoute>;
 export type FencingPolicyName = z.infer<typeof policy>;

@@ -1,51 +1,104 @@
 /**
- * Domain errors. Storage, lease and fencing code throws these; the S3 layer and the
- * lease API map them to wire errors in one table each (src/s3/errors.ts,
- * src/api/errors.ts). Nothing below the edge builds an HTTP response.
+ * Domain errors: the one error class below the edge. Every failure a client can be told about
+ * is a DomainError with a code from this closed set; the S3 endpoint and the lease API each map
+ * the codes to their wire form in one table (src/s3/errors.ts, src/api/errors.ts), which the
+ * type system checks for completeness. Nothing below the edge builds an HTTP response.
+ *
+ * `details` carries facts a client may use. Keys in PascalCase are extra elements of S3's error
+ * document (StringToSign, ArgumentName, ...: the SigV4 and body layers speak S3's protocol);
+ * camelCase keys (highestToken, leaseId, heldBy, ...) go to the lease API's JSON and the logs.
  */
-export type DomainErrorCode =
-  // fencing (contract names)
-  | "FencingTokenRequired"
-  | "InvalidFencingToken"
-  | "FencingTokenScopeMismatch"
-  | "StaleFencingToken"
-  | "LeaseExpired"
+export const DOMAIN_ERROR_CODES = [
+  // fencing (the contract's names)
+  "FencingTokenRequired",
+  "InvalidFencingToken",
+  "FencingTokenScopeMismatch",
+  "StaleFencingToken",
+  "LeaseExpired",
   // leases
-  | "LeaseHeld"
-  | "LeaseNotFound"
-  | "LeaseLost"
-  // storage
-  | "NoSuchBucket"
-  | "NoSuchKey"
-  | "BucketNotEmpty"
-  | "BucketAlreadyOwnedByYou"
-  | "InvalidBucketName"
-  | "InvalidObjectName"
-  | "PreconditionFailed"
-  | "NotModified"
-  | "InvalidRange"
-  | "BadDigest"
-  | "InvalidDigest"
-  | "IncompleteBody"
-  | "EntityTooLarge"
-  | "EntityTooSmall"
-  | "NoSuchUpload"
-  | "InvalidPart"
-  | "InvalidPartOrder"
-  | "InvalidArgument"
-  | "InvalidRequest"
-  | "MalformedXML"
-  | "NotImplemented"
-  | "ServiceUnavailable";
+  "LeaseHeld",
+  "LeaseNotFound",
+  "LeaseLost",
+  "LeaseStoreUnavailable",
+  // authentication and authorization
+  "AccessDenied",
+  "InvalidAccessKeyId",
+  "SignatureDoesNotMatch",
+  "RequestTimeTooSkewed",
+  "AuthorizationHeaderMalformed",
+  "AuthorizationQueryParametersError",
+  "MissingSecurityHeader",
+  "XAmzContentSHA256Mismatch",
+  // buckets and objects
+  "NoSuchBucket",
+  "NoSuchKey",
+  "NoSuchUpload",
+  "BucketNotEmpty",
+  "BucketAlreadyOwnedByYou",
+  "InvalidBucketName",
+  "InvalidObjectName",
+  "KeyTooLong",
+  "PreconditionFailed",
+  "NotModified",
+  "InvalidRange",
+  "InvalidPart",
+  "InvalidPartOrder",
+  "EntityTooSmall",
+  "EntityTooLarge",
+  "MetadataTooLarge",
+  "InvalidPartNumber",
+  "InvalidStorageClass",
+  // bucket creation and access control (a single-owner store: only the owner's full control exists)
+  "InvalidLocationConstraint",
+  "IllegalLocationConstraintException",
+  "AccessControlListNotSupported",
+  "MalformedACLError",
+  // request bodies
+  "BadDigest",
+  "InvalidDigest",
+  "IncompleteBody",
+  "MissingContentLength",
+  "MaxMessageLengthExceeded",
+  "MalformedXML",
+  // requests in general
+  "InvalidArgument",
+  "InvalidRequest",
+  "InvalidURI",
+  "MethodNotAllowed",
+  "NotImplemented",
+  "NoSuchEndpoint",
+  "BadRequest",
+  "RequestHeaderSectionTooLarge",
+  "RequestTimeout",
+  // bucket settings fencegate never configures: S3's "not found" answer for each
+  "NoSuchBucketPolicy",
+  "NoSuchCORSConfiguration",
+  "NoSuchLifecycleConfiguration",
+  "NoSuchTagSet",
+  "NoSuchWebsiteConfiguration",
+  "ServerSideEncryptionConfigurationNotFoundError",
+  "ObjectLockConfigurationNotFoundError",
+  "OwnershipControlsNotFoundError",
+  "NoSuchPublicAccessBlockConfiguration",
+  "ReplicationConfigurationNotFoundError",
+  // the service
+  "SlowDown",
+  "ServiceUnavailable",
+  "InternalError",
+] as const;
+
+export type DomainErrorCode = (typeof DOMAIN_ERROR_CODES)[number];
+
+export type ErrorDetails = Record<string, unknown>;
 
 export class DomainError extends Error {
+  override name = "DomainError";
   readonly code: DomainErrorCode;
-  /** Extra fields a client may use (e.g. highestToken, holder). */
-  readonly details: Record<string, unknown>;
+  /** Extra facts for the client (see the file comment for the key convention). */
+  readonly details: ErrorDetails;
 
-  constructor(code: DomainErrorCode, message: string, details: Record<string, unknown> = {}) {
-    super(message);
-    this.name = "DomainError";
+  constructor(code: DomainErrorCode, message: string, details: ErrorDetails = {}, options?: ErrorOptions) {
+    super(message, options);
     this.code = code;
     this.details = details;
   }
@@ -64,4 +117,11 @@ export class StaleTokenError extends DomainError {
     );
     this.highestToken = highestToken;
   }
+}
+
+/** The HCT a refusal carries, when it knows it (x-fence-highest-token, the audit record). */
+export function highestTokenOf(err: unknown): number | undefined {
+  if (!isDomainError(err)) return undefined;
+  const value = err.details.highestToken;
+  return typeof value === "number" ? value : undefined;
 }

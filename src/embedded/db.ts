@@ -8,6 +8,8 @@ export type OpenEmbeddedDbOptions = {
   dataDir: string;
   /** File name inside the data directory. */
   file?: string;
+  /** Called with every statement SQLite runs (tests count reads with it). */
+  trace?: (sql: string) => void;
 };
 
 /**
@@ -19,10 +21,13 @@ export type OpenEmbeddedDbOptions = {
  * locking_mode=EXCLUSIVE: the file lock is held until the process exits (the kernel drops it
  * on kill -9), so a second gateway on the same directory cannot open it.
  */
-export function openEmbeddedDb({ dataDir, file = "fencegate.db" }: OpenEmbeddedDbOptions): EmbeddedDb {
+export function openEmbeddedDb({ dataDir, file = "fencegate.db", trace }: OpenEmbeddedDbOptions): EmbeddedDb {
   mkdirSync(dataDir, { recursive: true });
   const path = join(dataDir, file);
-  const db = new Database(path, { timeout: 0 });
+  const db = new Database(path, {
+    timeout: 0,
+    ...(trace ? { verbose: (sql: unknown) => trace(String(sql)) } : {}),
+  });
   try {
     db.pragma("locking_mode = EXCLUSIVE");
     db.pragma("journal_mode = WAL");
@@ -56,3 +61,6 @@ function readPidFile(dataDir: string): string | null {
     return null;
   }
 }
+
+// The domain (group commit) lives in its own file; importers of the database get it from here.
+export { EmbeddedDomain, embeddedDomain } from "./domain.js";

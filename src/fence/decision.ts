@@ -1,12 +1,12 @@
 import { DomainError } from "../core/errors.js";
-import { covers, leaseState } from "../leases/lease-rules.js";
+import { covers, judgeLease, judgeUnfenced, type LeaseClaims, leaseState } from "../leases/lease-rules.js";
 import type { LeaseRecord, LeaseStore } from "../leases/lease-store.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
 
 /**
- * The write decision, before the backend's atomic commit: signature, then scope, then
- * "is the lease still current". The final HCT comparison happens inside the backend's
- * commit (it must be atomic with the write), not here.
+ * The write decision before the body is read: signature, then scope, then "is the lease still
+ * current". The lease is checked again atomically with the commit (src/fence/commit.ts), and
+ * the HCT comparison happens inside the backend's atomic step.
  */
 
 export type FencingPolicy = "required" | "optional";
@@ -15,9 +15,7 @@ export type WriteTarget = { bucket: string; key: string };
 
 export type FenceLookups = Pick<LeaseStore, "get" | "findNewerOverlapping" | "findActiveCovering">;
 
-export type AuthorizedWrite =
-  | { fenced: true; claims: TokenClaims; lease: LeaseRecord }
-  | { fenced: false; coveringLease: null };
+export type AuthorizedWrite = { fenced: true; claims: LeaseClaims; lease: LeaseRecord } | { fenced: false };
 
 /**
  * The lease a multipart upload was bound to at CreateMultipartUpload. Its parts and its
@@ -45,15 +43,8 @@ export async function authorizeWrite(input: AuthorizeInput): Promise<AuthorizedW
     if (policy === "required") {
       throw new DomainError("FencingTokenRequired", "this bucket requires a fencing token on every write");
     }
-    const covering = await leases.findActiveCovering(target.bucket, target.key);
-    if (covering) {
-      throw new DomainError(
-        "FencingTokenRequired",
-        "an active lease covers this key; writes to it must carry that lease's fencing token",
-        { leaseId: covering.leaseId },
-      );
-    }
-    return { fenced: false, coveringLease: null };
+    judgeUnfenced(await leases.findActiveCovering(target.bucket, target.key));
+    return { fenced: false };
   }
 
   const verified = verifyFencingToken(tokenString, keyring);
@@ -80,7 +71,7 @@ async function authorizeBound(
   now: number,
 ): Promise<AuthorizedWrite> {
   const lease = await leases.get(bound.leaseId);
-  const claims: TokenClaims = {
+  const claims: LeaseClaims = {
     leaseId: bound.leaseId,
     token: bound.token,
     bucket: lease?.bucket ?? target.bucket,
@@ -96,49 +87,21 @@ async function authorizeBound(
   return { fenced: true, claims, lease: lease! };
 }
 
-/**
- * Refuses the write unless the token's lease is active at `now`. Called once before the
- * body is read and again just before the commit (contract rule 4).
- */
+/** Refuses the write unless the claimed lease is current at `now` (contract rule 4; see judgeLease). */
 export async function assertLeaseCurrent(input: {
-  claims: TokenClaims;
+  claims: LeaseClaims;
   lease: LeaseRecord | null;
   leases: Pick<LeaseStore, "findNewerOverlapping">;
   now: number;
 }): Promise<void> {
   const { claims, lease, leases, now } = input;
-  const details = { token: claims.token, leaseId: claims.leaseId };
-  if (!lease) {
-    throw new DomainError(
-      "LeaseExpired",
-      "the fencing token's lease has ended and is no longer known",
-      details,
-    );
-  }
-  if (lease.token !== claims.token || lease.bucket !== claims.bucket) {
-    // A validly signed token that disagrees with its lease: a key was reused or the store was replaced.
-    throw new DomainError("InvalidFencingToken", "the fencing token does not match its lease", details);
-  }
-  const state = leaseState(lease, now);
-  if (state === "active") return;
-  const newer = await leases.findNewerOverlapping(lease);
-  if (newer) {
-    throw new DomainError(
-      "StaleFencingToken",
-      `the lease was superseded by a newer lease (token ${newer.token})`,
-      details,
-    );
-  }
-  throw new DomainError(
-    "LeaseExpired",
-    state === "released" ? "the lease was released" : "the lease expired (not renewed in time)",
-    details,
-  );
+  const newer =
+    lease && leaseState(lease, now) !== "active" ? await leases.findNewerOverlapping(lease) : null;
+  judgeLease(claims, lease, now, () => newer);
 }
 
-export function claimsCover(claims: TokenClaims, target: WriteTarget): boolean {
-  const asLease = { bucket: claims.bucket, key: claims.key, prefix: claims.prefix } as LeaseRecord;
-  return covers(asLease, target.bucket, target.key);
+export function claimsCover(claims: TokenClaims | LeaseClaims, target: WriteTarget): boolean {
+  return covers(claims, target.bucket, target.key);
 }
 
 function describeScope(claims: TokenClaims): string {

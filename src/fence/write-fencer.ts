@@ -1,15 +1,18 @@
 import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
-import type { CommitHooks, WriteFence } from "../backends/storage-backend.js";
 import type { Clock } from "../core/clock.js";
-import { DomainError, StaleTokenError } from "../core/errors.js";
-import type { LeaseStore } from "../leases/lease-store.js";
+import { DomainError, highestTokenOf, isDomainError, StaleTokenError } from "../core/errors.js";
+import type { TxDomain } from "../core/tx.js";
+import { judgeLease, judgeUnfenced } from "../leases/lease-rules.js";
+import type { CommitIntent, LeaseStore } from "../leases/lease-store.js";
 import {
-  type AuthorizedWrite,
-  assertLeaseCurrent,
-  authorizeWrite,
-  type BoundLease,
-  type FencingPolicy,
-} from "./decision.js";
+  type CommitOutcome,
+  checkWriteConditions,
+  type Fence,
+  type FencedCommit,
+  type WriteConditions,
+} from "./commit.js";
+import { type AuthorizedWrite, authorizeWrite, type FencingPolicy } from "./decision.js";
+import { assertUploadFence } from "./multipart-rules.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
 
 export type WriteContext = {
@@ -17,11 +20,17 @@ export type WriteContext = {
   bucket: string;
   key: string;
   tokenString: string | null;
-  /** For a multipart part or completion sent without a token: the lease its upload is bound to. */
-  bound?: BoundLease | null;
+  /** For a multipart part or completion: the upload and the lease it is bound to. */
+  upload?: { uploadId: string; token: number | null; leaseId: string | null };
+  conditions?: WriteConditions;
   principal: string | null;
   requestId: string;
+  /** Aborted when the client goes away. */
+  signal?: AbortSignal;
 };
+
+/** What the fencing core needs to know about the object before it reads a body. */
+export type ObjectWriteState = { highestToken: number | null; etag: string | null };
 
 export type WriteFencerOptions = {
   leases: LeaseStore;
@@ -29,19 +38,25 @@ export type WriteFencerOptions = {
   keyring: Keyring;
   clock: Clock;
   policyFor: (bucket: string) => FencingPolicy;
-  /** The object's HCT, for early refusal and for the x-fence-highest-token header. */
+  /** The object's HCT and ETag (the backend's writeState); throws NoSuchBucket. */
+  writeState: (bucket: string, key: string) => Promise<ObjectWriteState>;
+  /** The object's HCT for a refusal's x-fence-highest-token, when the refusal does not carry it. */
   highestToken: (bucket: string, key: string) => Promise<number | null>;
   /**
-   * Appends an audit record synchronously inside the backend's commit transaction, when the
-   * audit log and the backend share one embedded database: the accepted write and its record
-   * then commit together, with one fsync.
+   * The atomic-step domain of the backend that holds this bucket, if it has one
+   * (StorageBackend.domain); buckets may live in different backends.
    */
-  appendInCommit?: (draft: AuditDraft) => void;
+  domainOf: (bucket: string) => TxDomain | undefined;
 };
 
 export type Committed = { highestToken: number | null };
 
 const AUDITED = Symbol("fencegate.audited");
+
+function markAudited(err: unknown): unknown {
+  if (typeof err === "object" && err !== null) (err as Record<symbol, unknown>)[AUDITED] = true;
+  return err;
+}
 
 /** Whether a refused write's error has already been recorded in the audit log. */
 export function wasAudited(err: unknown): boolean {
@@ -49,52 +64,112 @@ export function wasAudited(err: unknown): boolean {
 }
 
 /**
- * Runs one write through the fencing rules: authorize (signature, scope, lease), refuse early
- * when the token is already below the object's HCT (before reading the body), let the backend
- * commit atomically with a last lease check just before it, and record the decision in the
- * audit log before the caller answers.
+ * Runs one write through the fencing rules:
+ * 1. the object's write state (NoSuchBucket first, as S3 answers);
+ * 2. authorization: the token's signature, its scope, its lease (or the policy for no token);
+ * 3. early refusal of a token already below the HCT, or of failed write conditions, before the
+ *    body is read;
+ * 4. the commit, handed to the backend as a FencedCommit: the lease is checked again atomically
+ *    with it, inside the backend's step when the lease store shares its domain, or through a
+ *    commit intent otherwise (src/fence/commit.ts);
+ * 5. the decision in the audit log before the caller answers: inside the commit's step when the
+ *    log shares the backend's domain, right after the commit otherwise. A decision the log could
+ *    not take is answered with 503, never as if it had been recorded.
  */
 export class WriteFencer {
   constructor(private readonly opts: WriteFencerOptions) {}
 
+  /** Which parts of the decision can run inside the atomic step of this bucket's backend. */
+  private joins(bucket: string): { leases: boolean; audit: boolean } {
+    const domain = this.opts.domainOf(bucket);
+    const { leases, audit } = this.opts;
+    return {
+      leases: domain !== undefined && domain === leases.domain && leases.inDomain !== undefined,
+      audit: domain !== undefined && domain === audit.domain && audit.appendInStep !== undefined,
+    };
+  }
+
   async write<T extends Committed>(
     ctx: WriteContext,
-    commit: (fence: WriteFence, hooks: CommitHooks, auth: AuthorizedWrite) => Promise<T>,
+    run: (commit: FencedCommit, auth: AuthorizedWrite) => Promise<T>,
   ): Promise<T & { token: number | null }> {
     let auth: AuthorizedWrite | undefined;
+    let intent: CommitIntent | undefined;
+    let settled = false;
+    let committed = false;
     try {
+      const state = await this.opts.writeState(ctx.bucket, ctx.key);
+      const joins = this.joins(ctx.bucket);
       auth = await this.authorize(ctx);
-      const fence = auth.fenced ? { token: auth.claims.token } : null;
-      if (fence) await this.refuseIfBelowHighest(ctx, fence.token);
-      let recordedInCommit = false;
-      const appendInCommit = this.opts.appendInCommit;
-      const inCommit = appendInCommit
-        ? ({ highestToken }: { highestToken: number | null }) => {
-            appendInCommit(this.draft(ctx, auth!, { decision: "accepted", reason: null, highestToken }));
-            recordedInCommit = true;
-          }
-        : undefined;
-      const result = await commit(fence, { beforeCommit: () => this.recheckLease(auth!), inCommit }, auth);
-      if (!recordedInCommit) {
-        await this.record(ctx, auth, {
-          decision: "accepted",
-          reason: null,
-          highestToken: result.highestToken,
-        });
+      const authorized = auth;
+      const token = authorized.fenced ? authorized.claims.token : null;
+      if (ctx.upload) assertUploadFence(ctx.upload, token === null ? null : { token });
+      if (token !== null && state.highestToken !== null && token < state.highestToken) {
+        throw new StaleTokenError(token, state.highestToken);
       }
-      return { ...result, token: fence?.token ?? null };
+      const conditions = ctx.conditions ?? {};
+      checkWriteConditions(conditions, state.etag);
+
+      let fence: Fence = token === null ? null : { token };
+      if (!authorized.fenced && !joins.leases) {
+        // An unfenced write across stores holds its intent from before the body on: a lease
+        // granted meanwhile fences the object above the ceiling, and the commit is refused.
+        intent = await this.opts.leases.beginCommit({ kind: "unfenced", bucket: ctx.bucket, key: ctx.key });
+        fence = { ceiling: intent.ceiling };
+      }
+      let recorded = false;
+      const commit: FencedCommit = {
+        fence,
+        conditions,
+        signal: ctx.signal ?? new AbortController().signal,
+        prepare: async () => {
+          if (joins.leases || !authorized.fenced) return;
+          const { claims } = authorized;
+          intent = await this.opts.leases.beginCommit({
+            kind: "fenced",
+            leaseId: claims.leaseId,
+            token: claims.token,
+            bucket: ctx.bucket,
+            key: ctx.key,
+          });
+        },
+        atomic: (outcome: CommitOutcome) => {
+          if (joins.leases) this.checkInStep(ctx, authorized);
+          if (joins.audit) {
+            this.opts.audit.appendInStep!(this.draft(ctx, authorized, accepted(outcome)));
+            recorded = true;
+          }
+        },
+      };
+      const result = await run(commit, authorized);
+      committed = true;
+      if (!recorded) await this.record(ctx, authorized, accepted(result));
+      settled = true;
+      return { ...result, token };
     } catch (err) {
+      // Committed, but the log could not take the decision: the answer is 503 and the intent
+      // stays behind, so that the write is fenced and accounted for later.
+      if (committed) throw markAudited(err);
+      // A refusal is a known outcome: nothing was committed. Anything else may have committed
+      // (a lost connection to the store): its intent stays, for the next grant to fence.
+      settled = isDomainError(err);
       await this.refused(ctx, auth, err);
       throw err;
+    } finally {
+      if (intent && settled) await this.opts.leases.endCommit(intent.intentId).catch(() => undefined);
     }
   }
 
-  /** Authorizes without committing (multipart parts, which commit nothing visible). */
+  /** Signature, scope and lease of a write, without committing anything. */
   async authorize(ctx: WriteContext): Promise<AuthorizedWrite> {
+    const bound =
+      ctx.tokenString === null && ctx.upload && ctx.upload.token !== null && ctx.upload.leaseId !== null
+        ? { leaseId: ctx.upload.leaseId, token: ctx.upload.token }
+        : null;
     return authorizeWrite({
       target: { bucket: ctx.bucket, key: ctx.key },
       tokenString: ctx.tokenString,
-      bound: ctx.bound ?? null,
+      bound,
       policy: this.opts.policyFor(ctx.bucket),
       keyring: this.opts.keyring,
       leases: this.opts.leases,
@@ -102,20 +177,16 @@ export class WriteFencer {
     });
   }
 
-  private async refuseIfBelowHighest(ctx: WriteContext, token: number): Promise<void> {
-    const highest = await this.opts.highestToken(ctx.bucket, ctx.key);
-    if (highest !== null && token < highest) throw new StaleTokenError(token, highest);
-  }
-
-  private async recheckLease(auth: AuthorizedWrite): Promise<void> {
-    if (!auth.fenced) return;
-    const lease = await this.opts.leases.get(auth.claims.leaseId);
-    await assertLeaseCurrent({
-      claims: auth.claims,
-      lease,
-      leases: this.opts.leases,
-      now: this.opts.clock(),
-    });
+  /** Rule 4 inside the backend's atomic step, with the lease store's synchronous reads. */
+  private checkInStep(ctx: WriteContext, auth: AuthorizedWrite): void {
+    const reads = this.opts.leases.inDomain!;
+    if (auth.fenced) {
+      judgeLease(auth.claims, reads.get(auth.claims.leaseId), this.opts.clock(), (l) =>
+        reads.findNewerOverlapping(l),
+      );
+    } else {
+      judgeUnfenced(reads.findActiveCovering(ctx.bucket, ctx.key));
+    }
   }
 
   /**
@@ -128,16 +199,15 @@ export class WriteFencer {
   }
 
   private async refused(ctx: WriteContext, auth: AuthorizedWrite | undefined, err: unknown): Promise<void> {
-    const code = (err as { code?: unknown }).code;
-    const reason = typeof code === "string" ? code : "InternalError";
-    let highestToken: number | null | undefined =
-      err instanceof StaleTokenError ? err.highestToken : undefined;
-    if (highestToken === undefined) {
+    if (wasAudited(err)) return;
+    const reason = isDomainError(err) ? err.code : "InternalError";
+    let highestToken = highestTokenOf(err) ?? null;
+    if (highestToken === null && ctx.bucket !== "" && ctx.key !== "") {
       highestToken = await this.opts.highestToken(ctx.bucket, ctx.key).catch(() => null);
+      if (highestToken !== null && isDomainError(err)) err.details.highestToken = highestToken;
     }
-    if (err instanceof DomainError && highestToken !== null) err.details.highestToken = highestToken;
     await this.record(ctx, auth, { decision: "rejected", reason, highestToken });
-    if (typeof err === "object" && err !== null) (err as Record<symbol, unknown>)[AUDITED] = true;
+    markAudited(err);
   }
 
   private async record(
@@ -145,7 +215,16 @@ export class WriteFencer {
     auth: AuthorizedWrite | undefined,
     outcome: Pick<AuditDraft, "decision" | "reason" | "highestToken">,
   ): Promise<void> {
-    await this.opts.audit.append(this.draft(ctx, auth, outcome));
+    try {
+      await this.opts.audit.append(this.draft(ctx, auth, outcome));
+    } catch (cause) {
+      throw new DomainError(
+        "ServiceUnavailable",
+        "the audit log could not record the decision on this write; nothing is answered without it",
+        {},
+        { cause },
+      );
+    }
   }
 
   private draft(
@@ -156,7 +235,7 @@ export class WriteFencer {
     const claims = auth?.fenced ? auth.claims : verifiedClaims(ctx, this.opts.keyring);
     return {
       op: ctx.op,
-      bucket: ctx.bucket,
+      bucket: ctx.bucket === "" ? null : ctx.bucket,
       key: ctx.key === "" ? null : ctx.key,
       prefix: null,
       token: claims?.token ?? null,
@@ -169,9 +248,18 @@ export class WriteFencer {
   }
 }
 
+const accepted = (outcome: CommitOutcome): Pick<AuditDraft, "decision" | "reason" | "highestToken"> => ({
+  decision: "accepted",
+  reason: null,
+  highestToken: outcome.highestToken,
+});
+
 /** Claims of a token whose signature verifies; forged tokens contribute nothing to the record. */
 function verifiedClaims(ctx: WriteContext, keyring: Keyring): Pick<TokenClaims, "leaseId" | "token"> | null {
-  if (!ctx.tokenString) return ctx.bound ?? null;
+  if (!ctx.tokenString) {
+    const u = ctx.upload;
+    return u && u.token !== null && u.leaseId !== null ? { leaseId: u.leaseId, token: u.token } : null;
+  }
   const verified = verifyFencingToken(ctx.tokenString, keyring);
   return verified.ok ? verified.claims : null;
 }

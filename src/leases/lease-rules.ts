@@ -1,9 +1,11 @@
+import { randomBytes } from "node:crypto";
 /**
  * The lease rules every store applies: what a lease's resource overlaps, which keys it covers,
  * and what state it is in at a given instant. Pure functions of their arguments (time is passed
  * in), so that the embedded and Redis stores decide exactly alike.
  */
-import type { LeaseRecord, LeaseResource } from "./lease-store.js";
+import { DomainError } from "../core/errors.js";
+import type { IntentInput, LeaseReads, LeaseRecord, LeaseResource } from "./lease-store.js";
 
 export type LeaseState = "active" | "expired" | "released";
 
@@ -61,4 +63,95 @@ export function resourceOf(lease: ResourceRef): LeaseResource {
 /** Human-readable resource, for messages: `bucket/key` or `bucket/prefix*`. */
 export function describeResource(lease: ResourceRef): string {
   return lease.key !== undefined ? `${lease.bucket}/${lease.key}` : `${lease.bucket}/${lease.prefix ?? ""}*`;
+}
+
+/** What a fencing token claims about its lease (the signed claims, or an upload's binding). */
+export type LeaseClaims = ResourceRef & { leaseId: string; token: number };
+
+/**
+ * Rule 4 of the contract, in one place for the fencing core and for every store's
+ * beginCommit: refuses unless the claimed lease is current at `now`. `newer` is asked only for
+ * an inactive lease: a newer overlapping lease makes the refusal StaleFencingToken (superseded),
+ * otherwise it is LeaseExpired. A lease whose stored token or scope differs from the claims is
+ * InvalidFencingToken (a reused signing key, or a replaced store).
+ */
+export function judgeLease(
+  claims: LeaseClaims,
+  lease: LeaseRecord | null,
+  now: number,
+  newer: (lease: LeaseRecord) => LeaseRecord | null,
+): void {
+  const details = { token: claims.token, leaseId: claims.leaseId };
+  if (!lease) {
+    throw new DomainError(
+      "LeaseExpired",
+      "the fencing token's lease has ended and is no longer known",
+      details,
+    );
+  }
+  if (
+    lease.token !== claims.token ||
+    lease.bucket !== claims.bucket ||
+    lease.key !== claims.key ||
+    (lease.key === undefined && lease.prefix !== claims.prefix)
+  ) {
+    throw new DomainError("InvalidFencingToken", "the fencing token does not match its lease", details);
+  }
+  const state = leaseState(lease, now);
+  if (state === "active") return;
+  const successor = newer(lease);
+  if (successor) {
+    throw new DomainError(
+      "StaleFencingToken",
+      `the lease was superseded by a newer lease (token ${successor.token})`,
+      details,
+    );
+  }
+  throw new DomainError(
+    "LeaseExpired",
+    state === "released" ? "the lease was released" : "the lease expired (not renewed in time)",
+    details,
+  );
+}
+
+/** Refuses an unfenced write to a key that an active lease covers. */
+export function judgeUnfenced(covering: LeaseRecord | null): void {
+  if (covering) {
+    throw new DomainError(
+      "FencingTokenRequired",
+      "an active lease covers this key; writes to it must carry that lease's fencing token",
+      { leaseId: covering.leaseId },
+    );
+  }
+}
+
+/**
+ * The check of LeaseStore.beginCommit, for stores that can read synchronously inside their own
+ * atomic operation: a fenced write's lease is current and covers the object; no active lease
+ * covers an unfenced write's object.
+ */
+export function judgeIntent(intent: IntentInput, now: number, reads: LeaseReads): void {
+  if (intent.kind === "unfenced") {
+    judgeUnfenced(reads.findActiveCovering(intent.bucket, intent.key));
+    return;
+  }
+  const lease = reads.get(intent.leaseId);
+  if (lease && !covers(lease, intent.bucket, intent.key)) {
+    throw new DomainError("FencingTokenScopeMismatch", "the lease does not cover this object", {
+      token: intent.token,
+      leaseId: intent.leaseId,
+    });
+  }
+  const claims: LeaseClaims = lease
+    ? { ...resourceOf(lease), leaseId: intent.leaseId, token: intent.token }
+    : { bucket: intent.bucket, key: intent.key, leaseId: intent.leaseId, token: intent.token };
+  judgeLease(claims, lease, now, (l) => reads.findNewerOverlapping(l));
+}
+
+/**
+ * A new lease id: 32 hex digits. Never starting with "-", so that command lines (and anything
+ * else that parses options) cannot mistake it for a flag.
+ */
+export function newLeaseId(): string {
+  return randomBytes(16).toString("hex");
 }

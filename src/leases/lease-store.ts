@@ -1,10 +1,20 @@
+import type { TxDomain } from "../core/tx.js";
+
 /**
- * The contract every lease store (embedded, redis, redlock) fulfils.
+ * The contract every lease store (embedded, memory, redis, redlock) fulfils.
  *
  * A lease covers either one key or every key under a prefix of one bucket. Leases on
- * overlapping resources are mutually exclusive. Every grant takes a new token from a
- * counter that strictly increases across the whole deployment and across restarts;
- * renewal keeps the token. Time comes from the injected clock.
+ * overlapping resources are mutually exclusive. Every grant takes a new token from a counter
+ * that strictly increases across the whole deployment and across restarts; renewal keeps the
+ * token. Time comes from the injected clock.
+ *
+ * Two ways to make the write path's lease check atomic with a commit (src/fence/commit.ts):
+ * - a store that shares a TxDomain with the backend exposes `inDomain`, synchronous reads that
+ *   the fencing core runs inside the backend's atomic step;
+ * - any store records commit intents: `beginCommit` checks the lease and records the intent in
+ *   one atomic operation, and `tryAcquire` will not grant over an overlapping resource while an
+ *   ended lease's intents are outstanding: it answers `fence` instead, and the caller raises the
+ *   HCT of those objects in the backend, clears the intents and tries again.
  */
 
 export type LeaseResource =
@@ -30,20 +40,58 @@ export type AcquireInput = {
   owner: string;
 };
 
-export type AcquireResult = { granted: true; lease: LeaseRecord } | { granted: false; heldBy: LeaseRecord };
+/** An object a commit was about to change, recorded with the lease it committed under. */
+export type CommitIntentRef = { intentId: string; bucket: string; key: string };
+
+export type AcquireResult =
+  | { granted: true; lease: LeaseRecord }
+  | { granted: false; heldBy: LeaseRecord }
+  /**
+   * No active lease is in the way, but commits of ended leases on the resource may still land:
+   * raise each object's HCT to `token` (a fresh token, never granted to anyone), clear the
+   * intents, then try again.
+   */
+  | { granted: false; fence: { token: number; intents: CommitIntentRef[] } };
 
 /**
- * Called synchronously inside the store's atomic step for a lease event (grant, renewal,
- * release, expiry report), before it is made durable; throwing aborts the step. A store kept in
- * the embedded database calls it, so that the audit record commits with the event. Stores that
- * cannot run code atomically with their updates do not; the caller then records afterwards.
+ * Runs inside the store's atomic step for a lease event (grant, renewal, release, expiry report),
+ * for stores that have a domain: the audit record of the event commits with it. Throwing aborts
+ * the step. Stores without a domain never call it; the caller records afterwards.
  */
 export type LeaseEventHook = (lease: LeaseRecord) => void;
 
+/** What a commit is about to do, checked against the lease store. */
+export type IntentInput =
+  /** A fenced write: its lease must be current (not ended, not expired, not superseded). */
+  | { kind: "fenced"; leaseId: string; token: number; bucket: string; key: string }
+  /** An unfenced write (policy optional): no active lease may cover the key. */
+  | { kind: "unfenced"; bucket: string; key: string };
+
+export type CommitIntent = {
+  intentId: string;
+  /**
+   * For an unfenced write: the last token taken from the counter (granted, or handed to a fence)
+   * when the intent was recorded. Any lease granted later has a higher token, and fences the
+   * object above it before it is granted; an object fenced earlier stays at or below it.
+   */
+  ceiling: number;
+};
+
+/** Synchronous reads for checks inside the store's domain (see the file comment). */
+export type LeaseReads = {
+  get(leaseId: string): LeaseRecord | null;
+  findNewerOverlapping(lease: LeaseRecord): LeaseRecord | null;
+  findActiveCovering(bucket: string, key: string): LeaseRecord | null;
+};
+
 export interface LeaseStore {
   readonly kind: string;
+  /** The domain of the store's atomic steps, when co-located components can share it. */
+  readonly domain?: TxDomain;
+  /** Present exactly when `domain` is. */
+  readonly inDomain?: LeaseReads;
 
-  /** One attempt, no waiting: grants when no active overlapping lease exists. */
+  /** One attempt, no waiting: grants when no active overlapping lease and no outstanding intent is in the way. */
   tryAcquire(input: AcquireInput, inCommit?: LeaseEventHook): Promise<AcquireResult>;
 
   /** The lease, active or not, as long as the store still remembers it. */
@@ -69,6 +117,20 @@ export interface LeaseStore {
    * reported once (by one replica), so that a LeaseExpired event can be audited.
    */
   collectExpired(inCommit?: LeaseEventHook): Promise<LeaseRecord[]>;
+
+  /**
+   * Checks the intent (a fenced write's lease is current and covers the object; no active lease
+   * covers an unfenced write's key) and records it, in one atomic operation (judgeIntent in
+   * lease-rules.ts). Throws DomainError LeaseExpired, StaleFencingToken, InvalidFencingToken,
+   * FencingTokenScopeMismatch or FencingTokenRequired when the check fails; nothing is recorded then.
+   */
+  beginCommit(intent: IntentInput): Promise<CommitIntent>;
+
+  /** Forgets an intent once its commit has landed or failed. Unknown ids are ignored. */
+  endCommit(intentId: string): Promise<void>;
+
+  /** Forgets intents whose objects were fenced (after an AcquireResult `fence`). */
+  clearIntents(intentIds: readonly string[]): Promise<void>;
 
   /** Throws when the store cannot be reached (health checks). */
   ping(): Promise<void>;

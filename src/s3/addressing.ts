@@ -34,15 +34,6 @@ function decode(s: string): string {
   try {
     return decodeURIComponent(s);
   } catch {
-    throw new DomainError("InvalidArgument", "Couldn't parse the specified URI.", { s3Code: "InvalidURI" });
+    throw new DomainError("InvalidURI", "Couldn't parse the specified URI.");
   }
-}
-
-/** A request target as received: its path and its query string, both still encoded. */
-export function splitRawUrl(url: string | undefined): { rawPath: string; rawQuery: string } {
-  const target = url ?? "/";
-  const q = target.indexOf("?");
-  return q === -1
-    ? { rawPath: target, rawQuery: "" }
-    : { rawPath: target.slice(0, q), rawQuery: target.slice(q + 1) };
 }

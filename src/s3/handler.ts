@@ -1,17 +1,24 @@
-import type { IncomingMessage } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { Readable } from "node:stream";
 import type { Context } from "hono";
-import { assertValidObjectKey } from "../backends/key-rules.js";
-import type { Logger } from "../log.js";
-import { continueBody } from "../server/expect-continue.js";
-import { addressRequest, splitRawUrl } from "./addressing.js";
-import { EMPTY_SHA256 } from "./auth/index.js";
-import type { DecodedBody, S3Request, S3Response, S3Services } from "./context.js";
-import { selectOperation } from "./dispatch.js";
-import { renderS3Error, type S3Error, toS3Error } from "./errors.js";
-import { fenceTokenOf } from "./fence-token.js";
-import type { RequestAuthenticator } from "./request-auth.js";
-import { renderXml } from "./xml.js";
+import type { VerifiedBody } from "../backends/storage-backend.js";
+import { DomainError, isDomainError } from "../core/errors.js";
+import { assertValidObjectKey } from "../core/key-rules.js";
+import type { Logger } from "../core/log.js";
+import type { RequestAuthenticator } from "../http/authenticator.js";
+import { continueBody } from "../http/expect-continue.js";
+import { splitRawUrl } from "../http/raw-url.js";
+import { claimedAccessKeyId } from "../http/sigv4/claimed-identity.js";
+import { EMPTY_SHA256 } from "../http/sigv4/index.js";
+import { addressRequest } from "./addressing.js";
+import { decodeRequestBody } from "./body/index.js";
+import { accessDenied, checkNeeds, isAccessDenial } from "./protocol/access.js";
+import type { S3Request, S3Response, S3Services } from "./protocol/context.js";
+import { renderS3Error, type S3WireError, toS3Error } from "./protocol/errors.js";
+import { fenceTokenOf } from "./protocol/fence-token.js";
+import { parseS3Query } from "./protocol/query.js";
+import { renderXml } from "./protocol/xml.js";
+import { routeOf } from "./routes.js";
 
 export type S3HandlerOptions = {
   services: S3Services;
@@ -20,10 +27,22 @@ export type S3HandlerOptions = {
   log: Logger;
 };
 
-type Bindings = { incoming: IncomingMessage };
+type Bindings = { incoming: IncomingMessage; outgoing: ServerResponse };
 export type S3Env = { Bindings: Bindings; Variables: { requestId: string; log: Logger } };
 
-/** The S3 wire protocol: address, authenticate, dispatch, render. */
+/** A request refused before its fencing decision (a write, or any request the policy denied), as the audit log records it. */
+type Refusal = {
+  op: string;
+  bucket: string | null;
+  key: string | null;
+  headers: IncomingMessage["headers"];
+  query: URLSearchParams;
+  /** The verified access key id, or until the signature verifies the one the request claims. */
+  principal: string | null;
+  requestId: string;
+};
+
+/** The S3 wire protocol: address, authenticate, route, render. */
 export function s3Handler(opts: S3HandlerOptions) {
   return async (c: Context<S3Env>): Promise<Response> => {
     const incoming = c.env.incoming;
@@ -32,46 +51,119 @@ export function s3Handler(opts: S3HandlerOptions) {
     const { rawPath, rawQuery } = splitRawUrl(incoming.url);
     const method = incoming.method ?? "GET";
     let resource = rawPath;
-    let refusal: { op: string; req: S3Request } | undefined;
+    let refusal: Refusal | undefined;
     try {
       const addressed = addressRequest(rawPath, incoming.headers.host, opts.domain);
       resource = `/${addressed.bucket ?? ""}${addressed.key !== null ? `/${addressed.key}` : ""}`;
+      const query = parseS3Query(rawQuery);
+      const route = routeOf({
+        method,
+        bucket: addressed.bucket,
+        key: addressed.key,
+        query,
+        headers: incoming.headers,
+      });
+      // Known before authentication: a write refused for its signature is a write decision too.
+      if (route.write) {
+        refusal = {
+          op: route.name,
+          bucket: addressed.bucket,
+          key: addressed.key,
+          headers: incoming.headers,
+          query,
+          principal: claimedAccessKeyId(incoming.headers, query),
+          requestId,
+        };
+      }
       const auth = opts.authenticator.authenticate({
         method,
         rawPath,
         rawQuery,
         headers: withImpliedPayloadHash(incoming),
       });
+      if (refusal) refusal.principal = auth.accessKeyId;
       const req: S3Request = {
         requestId,
         method,
         bucket: addressed.bucket,
         key: addressed.key,
-        query: new URLSearchParams(rawQuery),
+        query,
         headers: incoming.headers,
         body: incoming,
         principal: auth.accessKeyId,
-        decodeBody: () =>
+        presigned: auth.presigned,
+        signingRegion: auth.scope.region,
+        decodeBody: (decodeOpts) =>
           decodeOnFirstRead(() => {
             continueBody(incoming);
-            return opts.authenticator.decodeBody(incoming, incoming.headers, auth);
+            const headers =
+              decodeOpts?.objectChecksums === false
+                ? withoutChecksumHeaders(incoming.headers)
+                : incoming.headers;
+            return decodeRequestBody({ body: incoming, headers, auth });
           }),
+        signal: clientGone(c.env.outgoing),
         log,
       };
-      const op = selectOperation(req);
-      if (WRITE_OPERATIONS.has(op.name)) refusal = { op: op.name, req };
+      // The one validation of the key on the request path: backends receive valid keys.
       if (addressed.key !== null) assertValidObjectKey(addressed.key);
-      log.debug({ op: op.name, bucket: req.bucket, key: req.key, principal: req.principal }, "s3 request");
-      const res = await op.run(req, opts.services);
+      try {
+        // Before the operation runs: a caller without the rights gets nothing read, not even
+        // the body an Expect: 100-continue client is holding back.
+        checkNeeds(route.access, req, opts.services.access);
+      } catch (err) {
+        // Writes are audited whatever refuses them; reads the policy refused are audited too.
+        if (isAccessDenial(err)) refusal ??= refusalOf(route.name, req);
+        throw err;
+      }
+      log.debug({ op: route.name, bucket: req.bucket, key: req.key, principal: req.principal }, "s3 request");
+      const res = await route.run(req, opts.services);
       return toResponse(res, method);
     } catch (err) {
       const s3err = toS3Error(err);
-      if (s3err.status >= 500) log.error({ err }, "request failed");
-      else log.info({ code: s3err.code, status: s3err.status, msg: s3err.message }, "request refused");
-      if (refusal) await auditRefusal(opts.services, refusal, err, log);
+      logOutcome(log, err, s3err);
+      if (refusal) {
+        // A fresh copy for the log: the fencer adds the object's HCT to the error it records, and
+        // a caller without rights must not learn it from the answer.
+        const recorded = await auditRefusal(
+          opts.services,
+          refusal,
+          isAccessDenial(err) ? accessDenied() : err,
+          log,
+        );
+        if (!recorded) return errorResponse(toS3Error(auditUnavailable()), resource, requestId, method);
+      }
       return errorResponse(s3err, resource, requestId, method);
     }
   };
+}
+
+function refusalOf(op: string, req: S3Request): Refusal {
+  const { bucket, key, headers, query, principal, requestId } = req;
+  return { op, bucket, key, headers, query, principal, requestId };
+}
+
+/**
+ * Refusals are the client's doing and go to the info level, NotImplemented included (a client
+ * can send them as fast as it likes); only faults of the gateway or its dependencies are errors.
+ */
+function logOutcome(log: Logger, err: unknown, s3err: S3WireError): void {
+  if (!isDomainError(err) || err.code === "InternalError") log.error({ err }, "request failed");
+  else if (s3err.status >= 500 && s3err.status !== 501) {
+    log.error(
+      { code: s3err.code, status: s3err.status, msg: s3err.message, cause: err.cause },
+      "request failed",
+    );
+  } else log.info({ code: s3err.code, status: s3err.status, msg: s3err.message }, "request refused");
+}
+
+/** Aborted when the connection closes before the response is complete. */
+function clientGone(res: ServerResponse | undefined): AbortSignal {
+  const controller = new AbortController();
+  res?.once("close", () => {
+    if (!res.writableFinished) controller.abort();
+  });
+  return controller.signal;
 }
 
 /**
@@ -79,13 +171,13 @@ export function s3Handler(opts: S3HandlerOptions) {
  * consumed, so a write refused before its body is needed neither asks an Expect: 100-continue
  * client for the body nor leaves it half-piped (Node discards an unread body after the answer).
  */
-function decodeOnFirstRead(open: () => DecodedBody): DecodedBody {
-  let settle!: { resolve: (d: Awaited<DecodedBody["done"]>) => void; reject: (e: unknown) => void };
-  const done = new Promise<Awaited<DecodedBody["done"]>>((resolve, reject) => {
+function decodeOnFirstRead(open: () => VerifiedBody): VerifiedBody {
+  let settle!: { resolve: (d: Awaited<VerifiedBody["digest"]>) => void; reject: (e: unknown) => void };
+  const digest = new Promise<Awaited<VerifiedBody["digest"]>>((resolve, reject) => {
     settle = { resolve, reject };
   });
-  done.catch(() => undefined);
-  let inner: DecodedBody | undefined;
+  digest.catch(() => undefined);
+  let inner: VerifiedBody | undefined;
   const stream = new Readable({
     read() {
       if (inner) {
@@ -99,7 +191,7 @@ function decodeOnFirstRead(open: () => DecodedBody): DecodedBody {
         stream.destroy(e as Error);
         return;
       }
-      inner.done.then(settle.resolve, settle.reject);
+      inner.digest.then(settle.resolve, settle.reject);
       inner.stream.on("data", (chunk: Buffer) => {
         if (!stream.push(chunk)) inner!.stream.pause();
       });
@@ -111,20 +203,8 @@ function decodeOnFirstRead(open: () => DecodedBody): DecodedBody {
       callback(err);
     },
   });
-  return { stream, done };
+  return { stream, digest };
 }
-
-/** Operations that write: every refusal of one is a write decision and goes to the audit log. */
-const WRITE_OPERATIONS = new Set([
-  "PutObject",
-  "CopyObject",
-  "DeleteObject",
-  "DeleteObjects",
-  "CreateMultipartUpload",
-  "UploadPart",
-  "UploadPartCopy",
-  "CompleteMultipartUpload",
-]);
 
 /**
  * Writes refused before the fencing decision (bad key, missing bucket, malformed request) are
@@ -132,32 +212,38 @@ const WRITE_OPERATIONS = new Set([
  */
 async function auditRefusal(
   services: S3Services,
-  refusal: { op: string; req: S3Request },
+  refusal: Refusal,
   err: unknown,
   log: Logger,
-): Promise<void> {
-  const { op, req } = refusal;
+): Promise<boolean> {
   let tokenString: string | null = null;
   try {
-    tokenString = fenceTokenOf(req);
+    tokenString = fenceTokenOf(refusal);
   } catch {
     // Conflicting tokens: the refusal is recorded without one.
   }
   try {
     await services.fencer.recordRefusal(
       {
-        op,
-        bucket: req.bucket ?? "",
-        key: req.key,
+        op: refusal.op,
+        bucket: refusal.bucket ?? "",
+        key: refusal.key,
         tokenString,
-        principal: req.principal,
-        requestId: req.requestId,
+        principal: refusal.principal,
+        requestId: refusal.requestId,
       },
       err,
     );
+    return true;
   } catch (auditErr) {
     log.error({ err: auditErr }, "could not record a refused write in the audit log");
+    return false;
   }
+}
+
+/** A decision the audit log could not take is never answered as if it had been: 503. */
+function auditUnavailable(): DomainError {
+  return new DomainError("ServiceUnavailable", "the audit log could not record the decision on this request");
 }
 
 /**
@@ -171,6 +257,15 @@ function withImpliedPayloadHash(incoming: IncomingMessage): IncomingMessage["hea
   const bodyless =
     (h["content-length"] === undefined || h["content-length"] === "0") && !h["transfer-encoding"];
   return bodyless ? { ...h, "x-amz-content-sha256": EMPTY_SHA256 } : h;
+}
+
+/** The headers without the checksum claims of x-amz-checksum-* and x-amz-sdk-checksum-algorithm. */
+function withoutChecksumHeaders(headers: IncomingMessage["headers"]): IncomingMessage["headers"] {
+  return Object.fromEntries(
+    Object.entries(headers).filter(
+      ([name]) => !name.startsWith("x-amz-checksum-") && name !== "x-amz-sdk-checksum-algorithm",
+    ),
+  );
 }
 
 function toResponse(res: S3Response, method: string): Response {
@@ -196,7 +291,12 @@ function toResponse(res: S3Response, method: string): Response {
   return new Response(null, { status: res.status, headers });
 }
 
-export function errorResponse(err: S3Error, resource: string, requestId: string, method: string): Response {
+export function errorResponse(
+  err: S3WireError,
+  resource: string,
+  requestId: string,
+  method: string,
+): Response {
   const headers = new Headers();
   const highest = err.extra.HighestToken;
   if (typeof highest === "number") headers.set("x-fence-highest-token", String(highest));

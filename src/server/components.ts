@@ -1,60 +1,65 @@
-import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
+import type { AuditLog } from "../audit/audit-log.js";
 import { createEmbeddedAuditLog } from "../audit/embedded/embedded-audit-log.js";
+import { createAzureBackend } from "../backends/azure/index.js";
 import { createFsBackend } from "../backends/fs/index.js";
+import { type BucketRoute, RoutedBackend } from "../backends/routing/routed-backend.js";
+import { createS3Backend } from "../backends/s3/index.js";
 import type { StorageBackend } from "../backends/storage-backend.js";
 import { ConfigError } from "../config/load.js";
-import type { Config } from "../config/schema.js";
+import type { BackendSpec, Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
+import type { Logger } from "../core/log.js";
 import { type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
 import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
 import type { LeaseStore } from "../leases/lease-store.js";
-import type { Logger } from "../log.js";
 
+/**
+ * The backend, lease store and audit log of one gateway. Co-located ones share a TxDomain
+ * (src/core/tx.ts), and the fencing core joins their atomic steps where they do.
+ */
 export type Components = {
-  backend: StorageBackend;
+  /** Every bucket, routed to the backend that holds it. */
+  backend: RoutedBackend;
   leaseStore: LeaseStore;
   audit: AuditLog;
-  /**
-   * Set when the audit log can join the backend's and the lease store's transactions (all
-   * three in one embedded database).
-   */
-  appendInCommit?: (draft: AuditDraft) => void;
   close(): Promise<void>;
 };
 
-/** Builds the backend, lease store and audit log the configuration asks for. */
-export async function openComponents(
-  config: Config,
-  ctx: { clock: Clock; gatewayId: string; log: Logger },
-): Promise<Components> {
-  if (config.backend.type !== "fs") {
-    throw new ConfigError(
-      `backend.type: the ${config.backend.type} backend is not available in this version`,
-    );
-  }
+export type ComponentContext = { clock: Clock; gatewayId: string; log: Logger };
+
+/** Builds the backends, the lease store and the audit log the configuration asks for. */
+export async function openComponents(config: Config, ctx: ComponentContext): Promise<Components> {
   if (config.leaseStore.type !== "embedded") {
     throw new ConfigError(
       `leaseStore.type: the ${config.leaseStore.type} lease store is not available in this version`,
     );
   }
   const db: EmbeddedDb = openEmbeddedDb({ dataDir: config.dataDir });
+  const opened: StorageBackend[] = [];
   try {
-    const backend = await createFsBackend({
-      dataDir: config.backend.root ?? config.dataDir,
-      db,
-      clock: ctx.clock,
-      multipartMaxAgeMs: config.multipart.maxAgeMs,
-      multipartSweepIntervalMs: config.multipart.sweepIntervalMs,
-    });
+    const open = async (name: string, spec: BackendSpec): Promise<StorageBackend> => {
+      const backend = await openBackend(name, spec, { config, db, ctx });
+      opened.push(backend);
+      return backend;
+    };
+    const fallback = await open("default", config.backend);
+    const named = new Map<string, StorageBackend>([["default", fallback]]);
+    for (const [name, spec] of Object.entries(config.backends)) named.set(name, await open(name, spec));
+    const routes = new Map<string, BucketRoute>();
+    for (const [bucket, route] of Object.entries(config.buckets)) {
+      routes.set(bucket, {
+        backend: named.get(route.backend)!,
+        target: route.target ?? bucket,
+        prefix: route.prefix,
+      });
+    }
+    const backend = new RoutedBackend({ routes, fallback });
     const leaseStore = createEmbeddedLeaseStore({ db, clock: ctx.clock });
     const audit = createEmbeddedAuditLog({ db, gatewayId: ctx.gatewayId, clock: ctx.clock });
     return {
       backend,
       leaseStore,
       audit,
-      appendInCommit: (draft) => {
-        audit.appendSync(draft);
-      },
       async close() {
         await backend.close();
         await leaseStore.close();
@@ -63,7 +68,81 @@ export async function openComponents(
       },
     };
   } catch (e) {
+    for (const backend of opened) await backend.close().catch(() => undefined);
     db.close();
     throw e;
   }
 }
+
+async function openBackend(
+  name: string,
+  spec: BackendSpec,
+  env: { config: Config; db: EmbeddedDb; ctx: ComponentContext },
+): Promise<StorageBackend> {
+  const { config, db, ctx } = env;
+  switch (spec.type) {
+    case "fs":
+      return createFsBackend({
+        dataDir: spec.root ?? config.dataDir,
+        db,
+        clock: ctx.clock,
+        multipartMaxAgeMs: config.multipart.maxAgeMs,
+        multipartSweepIntervalMs: config.multipart.sweepIntervalMs,
+      });
+    case "s3": {
+      const backend = createS3Backend({
+        ...(spec.endpoint ? { endpoint: spec.endpoint } : {}),
+        region: spec.region,
+        ...(spec.accessKeyId && spec.secretAccessKey
+          ? { credentials: { accessKeyId: spec.accessKeyId, secretAccessKey: spec.secretAccessKey } }
+          : {}),
+        forcePathStyle: spec.forcePathStyle,
+        requestTimeoutMs: spec.requestTimeoutMs,
+        ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
+        ...(spec.partSizeBytes ? { partSizeBytes: spec.partSizeBytes } : {}),
+        gcIntervalMs: spec.gcIntervalMs,
+        gcGraceMs: spec.gcGraceMs,
+        multipartMaxAgeMs: config.multipart.maxAgeMs,
+        ...(spec.verifyBucket ? { verifyBucket: spec.verifyBucket } : {}),
+        clock: ctx.clock,
+        log: ctx.log.child({ backend: name }),
+      });
+      if (spec.verifyBucket) {
+        const report = await backend.verifyConditionalWrites(spec.verifyBucket);
+        if (!report.ok) {
+          await backend.close();
+          throw new ConfigError(`${where(name)}: ${report.findings.join("; ")}`);
+        }
+      }
+      return backend;
+    }
+    case "azure": {
+      const backend = createAzureBackend({
+        ...(spec.connectionString ? { connectionString: spec.connectionString } : {}),
+        ...(spec.accountUrl ? { accountUrl: spec.accountUrl } : {}),
+        ...(spec.accountName ? { accountName: spec.accountName } : {}),
+        ...(spec.accountKey ? { accountKey: spec.accountKey } : {}),
+        ...(spec.sasToken ? { sasToken: spec.sasToken } : {}),
+        ...(spec.defaultCredential ? { defaultCredential: true } : {}),
+        requestTimeoutMs: spec.requestTimeoutMs,
+        ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
+        ...(spec.blockSizeBytes ? { blockSizeBytes: spec.blockSizeBytes } : {}),
+        ...(spec.hierarchicalNamespace !== undefined
+          ? { hierarchicalNamespace: spec.hierarchicalNamespace }
+          : {}),
+        multipartMaxAgeMs: config.multipart.maxAgeMs,
+        multipartSweepIntervalMs: config.multipart.sweepIntervalMs,
+        clock: ctx.clock,
+        log: ctx.log.child({ backend: name }),
+      });
+      // Bad credentials or an unreachable account stop the start, with Azure's own message.
+      await backend.ready().catch(async (e: unknown) => {
+        await backend.close();
+        throw new ConfigError(`${where(name)}: cannot use the Azure account: ${(e as Error).message}`);
+      });
+      return backend;
+    }
+  }
+}
+
+const where = (name: string) => (name === "default" ? "backend" : `backends.${name}`);

@@ -1,22 +1,29 @@
 import { randomBytes } from "node:crypto";
-import type { IncomingMessage, Server } from "node:http";
+import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { createAdaptorServer } from "@hono/node-server";
+import { getRequestListener } from "@hono/node-server";
 import { Hono } from "hono";
+import { toApiError } from "../api/errors.js";
 import { API_BASE, leaseApi } from "../api/lease-api.js";
 import { apiAuthenticator } from "../api/request-auth.js";
 import { resolveSecrets } from "../config/resolve.js";
 import type { Config } from "../config/schema.js";
 import { type Clock, systemClock } from "../core/clock.js";
-import { LeaseService } from "../fence/lease-service.js";
+import { DomainError } from "../core/errors.js";
+import { createLogger, type Logger } from "../core/log.js";
 import { WriteFencer } from "../fence/write-fencer.js";
-import { createLogger, type Logger } from "../log.js";
+import { createRequestAuthenticator } from "../http/authenticator.js";
+import { type EdgeAnswer, type EdgeRenderer, installEdgeAnswers } from "../http/edge-answers.js";
+import { installExpectContinue } from "../http/expect-continue.js";
+import { splitRawUrl } from "../http/raw-url.js";
+import { currentRequest, guardRequests } from "../http/request-guard.js";
+import { newRequestId } from "../http/request-id.js";
+import { LeaseService } from "../leases/lease-service.js";
 import { bucketFromHost } from "../s3/addressing.js";
+import { s3EdgeAnswer } from "../s3/client-errors.js";
 import { type S3Env, s3Handler } from "../s3/handler.js";
-import { createRequestAuthenticator } from "../s3/request-auth.js";
-import { installClientErrorHandler } from "./client-errors.js";
+import { completedUploads } from "../s3/operations/completed-uploads.js";
 import { openComponents } from "./components.js";
-import { installExpectContinue } from "./expect-continue.js";
 
 export type Gateway = {
   /** e.g. http://127.0.0.1:9700 */
@@ -48,29 +55,33 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const components = await openComponents(config, { clock, gatewayId, log });
   const { backend, leaseStore, audit } = components;
 
-  const policyFor = (bucket: string) => config.fencing.buckets[bucket] ?? config.fencing.default;
+  const policyFor = (bucket: string) =>
+    config.buckets[bucket]?.fencing ?? config.fencing.buckets[bucket] ?? config.fencing.default;
   const fencer = new WriteFencer({
     leases: leaseStore,
     audit,
     keyring: secrets.keyring,
     clock,
     policyFor,
+    writeState: (bucket, key) => backend.writeState(bucket, key),
     highestToken: (bucket, key) => backend.highestToken(bucket, key),
-    appendInCommit: components.appendInCommit,
+    domainOf: (bucket) => backend.domainOf(bucket),
   });
   const leases = new LeaseService({
     store: leaseStore,
     audit,
-    keyring: secrets.keyring,
     clock,
     limits: config.leases,
-    appendInCommit: components.appendInCommit,
+    fenceObject: (bucket, key, token) => backend.raiseHighestToken(bucket, key, token),
   });
-  const authenticator = createRequestAuthenticator({ credentials: secrets.credentials, clock });
+  const authenticator = createRequestAuthenticator({
+    lookup: (accessKeyId) => secrets.credentials.get(accessKeyId),
+    clock,
+  });
 
   const app = new Hono<S3Env>();
   app.use("*", async (c, next) => {
-    const requestId = randomBytes(8).toString("hex").toUpperCase();
+    const requestId = newRequestId();
     const requestLog = log.child({ requestId });
     const started = performance.now();
     c.set("requestId", requestId);
@@ -92,6 +103,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   });
   const api = leaseApi({
     leases,
+    keyring: secrets.keyring,
+    access: secrets.access,
     audit,
     authenticate: apiAuthenticator(authenticator),
     health: async () => {
@@ -99,23 +112,62 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       return { gateway: gatewayId, backend: backend.kind, leaseStore: leaseStore.kind, auditLog: audit.kind };
     },
   });
-  const s3 = s3Handler({ services: { backend, fencer }, authenticator, domain: config.server.domain, log });
-  app.all(`${API_BASE}/*`, async (c) => {
-    // The lease API lives on the gateway's own host, never on a virtual-hosted bucket host.
-    if (isBucketHost(c.env.incoming, config.server.domain)) return s3(c);
-    return api.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId") });
+  const s3 = s3Handler({
+    services: { backend, fencer, access: secrets.access, completions: completedUploads() },
+    authenticator,
+    domain: config.server.domain,
+    log,
   });
-  app.all("*", s3);
+  const domain = config.server.domain;
+  app.all("*", async (c) => {
+    // Every path of the lease API's namespace gets the lease API's JSON, 404s and auth failures
+    // included; only a virtual-hosted bucket host makes it an object key.
+    if (isLeaseApiTarget(c.env.incoming.url, c.env.incoming.headers.host, domain)) {
+      return api.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId") });
+    }
+    return s3(c);
+  });
 
-  const server = createAdaptorServer({
-    fetch: app.fetch,
-    serverOptions: {
-      maxHeaderSize: config.server.maxHeaderBytes,
-      requestTimeout: 0,
-      keepAliveTimeout: 5_000,
+  const render: EdgeRenderer = (err, where, requestId) =>
+    isLeaseApiTarget(where.target, where.host, domain)
+      ? apiEdgeAnswer(err)
+      : s3EdgeAnswer(err, where.target, requestId);
+  const listener = getRequestListener(app.fetch, {
+    // The adapter cannot build a URL for this request (a backslash in the path, a bad Host, an
+    // unusable absolute-form target); it would answer a bare 400.
+    errorHandler: (err) => {
+      const incoming = currentRequest();
+      const host = incoming?.headers.host;
+      const refusal = validHost(host)
+        ? new DomainError("InvalidURI", "Couldn't parse the specified URI.")
+        : new DomainError("InvalidArgument", "The Host header is not valid.");
+      log.info({ err: (err as Error).message }, "request target refused");
+      const requestId = newRequestId();
+      return edgeResponse(render(refusal, { target: incoming?.url, host }, requestId), requestId);
     },
-  }) as Server;
-  installClientErrorHandler(server, log);
+  });
+  const { server: serverConfig } = config;
+  const maxHeadersCount = 2000;
+  const server = createServer(
+    {
+      maxHeaderSize: serverConfig.maxHeaderBytes,
+      headersTimeout: serverConfig.headersTimeoutMs,
+      requestTimeout: serverConfig.requestTimeoutMs,
+      keepAliveTimeout: serverConfig.keepAliveTimeoutMs,
+      // Header and request deadlines are checked this often: a fraction of the shortest one.
+      connectionsCheckingInterval: Math.max(
+        50,
+        Math.min(1_000, Math.floor(serverConfig.headersTimeoutMs / 4)),
+      ),
+      // Answered by guardRequests in the endpoint's own format instead of Node's bare 400.
+      requireHostHeader: false,
+    },
+    guardRequests(listener as Parameters<typeof guardRequests>[0], { render, maxHeadersCount, log }),
+  );
+  server.maxHeadersCount = maxHeadersCount;
+  // Idle sockets, stalled uploads and readers that stopped reading are closed after this long.
+  server.timeout = serverConfig.idleTimeoutMs;
+  installEdgeAnswers(server, { log, render });
   installExpectContinue(server);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -156,6 +208,50 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   return { url, host, port, gatewayId, server, close };
 }
 
-function isBucketHost(incoming: IncomingMessage, domain: string | undefined): boolean {
-  return domain !== undefined && bucketFromHost(incoming.headers.host, domain) !== null;
+/**
+ * Whether a request target belongs to the lease API: its first path segment, however it is
+ * encoded or preceded by empty segments, is the API's (`_fence` is no valid bucket name, so no
+ * S3 request is taken from S3), on any host but a virtual-hosted bucket's.
+ */
+export function isLeaseApiTarget(
+  target: string | undefined,
+  host: string | undefined,
+  domain: string | undefined,
+): boolean {
+  if (target === undefined) return false;
+  if (domain !== undefined && bucketFromHost(host, domain) !== null) return false;
+  const path = safeDecode(splitRawUrl(target).rawPath);
+  const [first = ""] = path.split("/").filter((seg) => seg !== "");
+  const [apiFirst] = API_BASE.split("/").filter((seg) => seg !== "");
+  return first === apiFirst;
+}
+
+function validHost(host: string | undefined): boolean {
+  if (!host) return false;
+  try {
+    return new URL(`http://${host}/`).host !== "";
+  } catch {
+    return false;
+  }
+}
+
+function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+/** A lease API refusal outside the lease API's own app: its JSON error form. */
+function apiEdgeAnswer(err: DomainError): EdgeAnswer {
+  const e = toApiError(err);
+  return { status: e.status, contentType: "application/json", body: JSON.stringify(e.body) };
+}
+
+function edgeResponse(answer: EdgeAnswer, requestId: string): Response {
+  return new Response(answer.body, {
+    status: answer.status,
+    headers: { "content-type": answer.contentType, "x-amz-request-id": requestId, server: "fencegate" },
+  });
 }

@@ -3,6 +3,8 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Lease, LeaseApiError, LeaseClient } from "../../src/client/lease-client.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { requireTools, TOOLS } from "../support/tools.js";
+import { sleep } from "../support/wait.js";
 
 const run = promisify(execFile);
 let gw: TestGateway;
@@ -72,7 +74,7 @@ describe("POST /_fence/v1/leases", () => {
   it("wakes a waiting acquire as soon as the holder releases", async () => {
     const holder = await api.acquire({ bucket: "api", key: "wake", ttlMs: 60_000 });
     const waiting = api.acquire({ bucket: "api", key: "wake", ttlMs: 1_000, waitMs: 30_000 });
-    await new Promise((r) => setTimeout(r, 200));
+    await sleep(200);
     const released = Date.now();
     await api.release(holder.leaseId);
     await waiting;
@@ -138,7 +140,7 @@ describe("GET, renew and DELETE /_fence/v1/leases/{leaseId}", () => {
 
   it("answers LeaseLost for an expired lease even when nobody took it", async () => {
     const short = await api.acquire({ bucket: "api", key: "short", ttlMs: 500 });
-    await new Promise((r) => setTimeout(r, 700));
+    await sleep(700);
     expect(await failure(api.renew(short.leaseId))).toMatchObject({ status: 409, code: "LeaseLost" });
     expect((await api.show(short.leaseId)).state).toBe("expired");
   });
@@ -206,8 +208,16 @@ describe("authentication and health", () => {
     expect(await failure(wrong.list())).toMatchObject({ status: 403, code: "SignatureDoesNotMatch" });
   });
 
+  it("answers unknown API paths with a JSON 404", async () => {
+    expect(await failure(api.call("GET", "/_fence/v1/nothing-here"))).toMatchObject({ status: 404 });
+  });
+});
+
+describe("the lease API with curl", () => {
+  requireTools("curl");
+
   it("works with curl --aws-sigv4, as the README shows", async () => {
-    const { stdout } = await run("curl", [
+    const { stdout } = await run(TOOLS.curl.path, [
       "-s",
       "--aws-sigv4",
       "aws:amz:us-east-1:s3",
@@ -220,7 +230,7 @@ describe("authentication and health", () => {
       `${gw.url}/_fence/v1/leases`,
     ]);
     expect(JSON.parse(stdout)).toMatchObject({ bucket: "curl", key: "report.csv", owner: "worker-7" });
-    const listed = await run("curl", [
+    const listed = await run(TOOLS.curl.path, [
       "-s",
       "--aws-sigv4",
       "aws:amz:us-east-1:s3",
@@ -229,9 +239,5 @@ describe("authentication and health", () => {
       `${gw.url}/_fence/v1/leases?bucket=curl`,
     ]);
     expect(JSON.parse(listed.stdout).leases).toHaveLength(1);
-  });
-
-  it("answers unknown API paths with a JSON 404", async () => {
-    expect(await failure(api.call("GET", "/_fence/v1/nothing-here"))).toMatchObject({ status: 404 });
   });
 });

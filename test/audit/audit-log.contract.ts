@@ -1,6 +1,6 @@
 /**
- * The conformance suite every AuditLog passes (embedded now, Redis later). Time is a fake clock
- * handed to the factory: no test sleeps.
+ * The conformance suite every AuditLog passes (embedded, memory, and Redis later). Time is a fake
+ * clock handed to the factory: no test sleeps.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { AuditDraft, AuditLog, AuditQuery, AuditRecord } from "../../src/audit/audit-log.js";
@@ -18,6 +18,9 @@ export type AuditLogHarness = {
 };
 
 export type AuditLogFactory = (clock: FakeClock) => Promise<AuditLogHarness>;
+
+const NO_RESTART = "the log keeps no state across a restart (its harness has no reopen)";
+const NO_DOMAIN = "the log has no domain, so no appendInStep";
 
 export function draft(fields: Partial<AuditDraft> = {}): AuditDraft {
   return {
@@ -125,7 +128,7 @@ export function describeAuditLogContract(name: string, factory: AuditLogFactory)
       });
 
       it("keeps records across a restart, and numbers new ones after them", async (ctx) => {
-        if (!harness.reopen) ctx.skip();
+        ctx.skip(!harness.reopen, NO_RESTART);
         const before = await appendAll([draft({ requestId: "a" }), draft({ requestId: "b" })]);
         log = await harness.reopen!();
         expect(await all()).toEqual(before);
@@ -286,6 +289,37 @@ export function describeAuditLogContract(name: string, factory: AuditLogFactory)
           expect((error as DomainError).code).toBe("InvalidArgument");
         },
       );
+    });
+
+    describe("appendInStep", () => {
+      it("is offered exactly when the log has a domain", () => {
+        expect(log.appendInStep !== undefined).toBe(log.domain !== undefined);
+      });
+
+      it("commits the record with its step", async (ctx) => {
+        ctx.skip(!log.domain, NO_DOMAIN);
+        const before = await log.append(draft({ requestId: "before" }));
+        const record = await log.domain!.run(() => log.appendInStep!(draft({ requestId: "in-step" })));
+        expect(record).toMatchObject({ requestId: "in-step", time: new Date(clock()).toISOString() });
+        expect(record.seq).toBeGreaterThan(before.seq);
+        expect(await all()).toEqual([before, record]);
+      });
+
+      it("rolls the record back with its step", async (ctx) => {
+        ctx.skip(!log.domain, NO_DOMAIN);
+        const before = await log.append(draft({ requestId: "before" }));
+        const failure = new Error("the step's other change failed");
+        const step = log.domain!.run(() => {
+          log.appendInStep!(draft({ requestId: "first" }));
+          log.appendInStep!(draft({ requestId: "second" }));
+          throw failure;
+        });
+        await expect(step).rejects.toBe(failure);
+        expect(await all()).toEqual([before]);
+        const after = await log.append(draft({ requestId: "after" }));
+        expect(after.seq).toBeGreaterThan(before.seq);
+        expect(await all()).toEqual([before, after]);
+      });
     });
 
     it("answers ping", async () => {

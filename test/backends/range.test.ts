@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { resolveRange } from "../../src/backends/fs/range.js";
+import { resolveRange } from "../../src/backends/range.js";
 
 describe("resolveRange", () => {
   it("resolves ranges S3-style", () => {

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AuditRecord } from "../../src/audit/audit-log.js";
 import type { Lease } from "../../src/client/lease-client.js";
 import { CREDENTIALS, ROOT, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+import { waitFor } from "../support/wait.js";
 
 /** The real CLI (node --import tsx src/cli/main.ts) against an in-process gateway. */
 
@@ -59,14 +60,6 @@ const cli = (args: string[], env: Record<string, string> = {}) => start(args, en
 function json<T>(r: Result): T {
   expect({ code: r.code, stderr: r.code === 0 ? "" : r.stderr }).toEqual({ code: 0, stderr: "" });
   return JSON.parse(r.stdout) as T;
-}
-
-async function waitFor(cond: () => boolean, what: string, ms = 20_000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 async function read(key: string): Promise<string> {
@@ -278,7 +271,10 @@ describe("fencegate run", () => {
       "-c",
       script,
     ]);
-    await waitFor(() => /started \S+ \S+/.test(run.output().stdout), "the command to start");
+    await waitFor(() => /started \S+ \S+/.test(run.output().stdout), {
+      what: "the command to start",
+      details: () => JSON.stringify(run.output()),
+    });
     const [, leaseId = "", fencingToken = ""] = /started (\S+) (\S+)/.exec(run.output().stdout)!;
     const shown = await gw.leases.show(leaseId);
     expect(shown.key).toBe("lost");

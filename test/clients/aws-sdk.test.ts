@@ -17,6 +17,7 @@ import { Upload } from "@aws-sdk/lib-storage";
 import { getSignedUrl } from "@aws-sdk/s3-request-presigner";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
+import { md5Hex } from "../support/digest.js";
 import {
   auditRecords,
   bucketLease,
@@ -25,7 +26,6 @@ import {
   expectAccepted,
   expectStaleRejections,
   MiB,
-  md5Hex,
   randomData,
   takeOver,
   waitForAudit,

@@ -2,6 +2,7 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
+import { md5Hex } from "../support/digest.js";
 import {
   auditRecords,
   bucketLease,
@@ -16,7 +17,6 @@ import {
   FIXTURES,
   leaseLostMidUpload,
   MiB,
-  md5Hex,
   randomData,
   SYNC_TREE,
   sizes,
@@ -39,6 +39,7 @@ import {
 const BUCKET = "awscli-bucket";
 
 const suite = clientSuite({
+  tools: ["aws"],
   tempPrefix: "fencegate-awscli-",
   setup: ({ local }) =>
     writeIni(local("plugin-config"), {
@@ -50,7 +51,7 @@ const suite = clientSuite({
     }),
 });
 const { local } = suite;
-const AWS = clientProgram(suite, { path: "/usr/bin/aws", debianPackage: "awscli" });
+const AWS = clientProgram(suite, { tool: "aws" });
 
 let lease: Lease;
 

@@ -1,6 +1,8 @@
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
+import { md5Hex } from "../support/digest.js";
+import { TOOLS } from "../support/tools.js";
 import {
   bucketLease,
   bucketWithStaleToken,
@@ -12,10 +14,8 @@ import {
   FIXTURES,
   leaseLostMidUpload,
   MiB,
-  md5Hex,
   type RunResult,
   randomData,
-  requireExecutable,
   run,
   type StartedClient,
   start,
@@ -34,7 +34,7 @@ import {
  * delete_objects take no metadata: a before-sign handler adds the `x-fence-token` header.
  */
 
-const PYTHON = "/usr/bin/python3";
+const PYTHON = TOOLS.boto3.path;
 const SCRIPT = join(FIXTURES, "boto3_client.py");
 
 type StepError = {
@@ -50,24 +50,8 @@ type StepResult = Record<string, unknown> & {
   sent?: { op: string; headers: string[] }[];
 };
 
-const suite = clientSuite({ tempPrefix: "fencegate-boto3-" });
+const suite = clientSuite({ tools: ["boto3"], tempPrefix: "fencegate-boto3-" });
 const { local } = suite;
-
-let boto3Checked: Promise<void> | undefined;
-
-/** Fails every test with a clear message when Debian's python3 or its boto3 is missing. */
-function requireBoto3(): Promise<void> {
-  boto3Checked ??= (async () => {
-    requireExecutable(PYTHON, "python3");
-    const probe = await run(PYTHON, ["-c", "import boto3"], { env: clientEnv(suite.home) });
-    if (probe.code !== 0) {
-      throw new Error(
-        `${PYTHON} cannot import boto3: install the Debian package python3-boto3\n${probe.stderr}`,
-      );
-    }
-  })();
-  return boto3Checked;
-}
 
 const MODES: [string, Record<string, string>, boolean][] = [
   ["awscrt signer, botocore's default here", {}, true],
@@ -91,12 +75,11 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
   }
 
   async function step(name: string, args: Record<string, unknown>): Promise<StepResult> {
-    await requireBoto3();
     const r = await run(...stepCommand(name, args));
     return parsed(name, r);
   }
 
-  /** A step that reads its data from stdin, which the test feeds (requireBoto3 first). */
+  /** A step that reads its data from stdin, which the test feeds. */
   function stepStdin(name: string, args: Record<string, unknown>): StartedClient {
     return start(...stepCommand(name, args));
   }
@@ -298,7 +281,6 @@ describe.each(MODES)("boto3 (%s)", (_label, modeEnv, crt) => {
       bucket: lostBucket,
       key: "stream.bin",
       partSize: 8 * MiB,
-      // create_bucket has run requireBoto3, which stepStdin needs.
       create: createBucket,
       launch: (old) =>
         stepStdin("upload_stdin", { bucket: lostBucket, key: "stream.bin", meta_token: old.fencingToken }),

@@ -1,11 +1,13 @@
 import { execFile, spawn } from "node:child_process";
-import { createHash, randomBytes } from "node:crypto";
-import { accessSync, constants, mkdirSync, writeFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { GetObjectCommand, HeadObjectCommand, PutObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, expect } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
 import { CREDENTIALS, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+import { requireTools, TOOLS, type ToolName } from "../support/tools.js";
+import { sleep } from "../support/wait.js";
 
 /**
  * Shared pieces of the client compatibility suites: each suite drives one real S3 client (a
@@ -28,17 +30,21 @@ export type ClientSuite = {
 };
 
 /**
- * Registers the beforeAll/afterAll of a client suite: a temp dir (with `tempPrefix`), an
- * in-process gateway (started with `gateway`), then `setup` (the client's config files, which
- * may name the gateway's URL); afterwards the gateway is stopped and the temp dir removed.
+ * Registers the beforeAll/afterAll of a client suite: first the check that its `tools` are
+ * installed (a missing one fails the suite at once with one line naming the Debian package, see
+ * requireTools), then a temp dir (with `tempPrefix`), an in-process gateway (started with
+ * `gateway`), then `setup` (the client's config files, which may name the gateway's URL);
+ * afterwards the gateway is stopped and the temp dir removed.
  */
 export function clientSuite(
   opts: {
+    tools?: ToolName[];
     tempPrefix?: string;
     gateway?: Parameters<typeof startTestGateway>[0];
     setup?: (suite: ClientSuite) => void;
   } = {},
 ): ClientSuite {
+  if (opts.tools !== undefined) requireTools(...opts.tools);
   let gw: TestGateway | undefined;
   let tmp: { path: string; cleanup(): void } | undefined;
   const suite: ClientSuite = {
@@ -77,20 +83,6 @@ export function writeIni(path: string, sections: Record<string, Record<string, s
     ...Object.entries(entries).map(([key, value]) => `${key} = ${value}`),
   ]);
   return writeFile(path, [...lines, ""].join("\n"));
-}
-
-/**
- * Fails (never skips) when a client program is missing: the suite exists to prove that these
- * clients work, and CI installs them (.ci/run).
- */
-export function requireExecutable(path: string, debianPackage: string): void {
-  try {
-    accessSync(path, constants.X_OK);
-  } catch {
-    throw new Error(
-      `${path} is missing: install the Debian package ${debianPackage} (apt-get install ${debianPackage}; .ci/run does)`,
-    );
-  }
 }
 
 /**
@@ -172,20 +164,22 @@ export type ClientProgram = {
 };
 
 /**
- * A client program of a suite: every command first checks for the program (a missing one fails
- * the test, see requireExecutable), puts `leading()` (its config file, its retry settings)
- * before the command's arguments, and runs with clientEnv (the suite's private HOME, plus
- * `env`), the suite's temp dir as cwd and 90 s to finish.
+ * A client program of a suite, one of the TOOLS (the suite lists it in clientSuite's `tools`, so
+ * that a missing program fails the suite at once): every command puts `leading()` (its config
+ * file, its retry settings) before the command's arguments, and runs with clientEnv (the suite's
+ * private HOME, plus `env`), the suite's temp dir as cwd and 90 s to finish.
  */
 export function clientProgram(
   suite: ClientSuite,
-  program: { path: string; debianPackage: string; leading?: () => string[] },
+  program: { tool: ToolName; leading?: () => string[] },
 ): ClientProgram {
-  const { path, debianPackage, leading = () => [] } = program;
-  const options = (env: Record<string, string>) => {
-    requireExecutable(path, debianPackage);
-    return { env: clientEnv(suite.home, env), cwd: suite.dir, timeoutMs: 90_000 };
-  };
+  const { path } = TOOLS[program.tool];
+  const { leading = () => [] } = program;
+  const options = (env: Record<string, string>) => ({
+    env: clientEnv(suite.home, env),
+    cwd: suite.dir,
+    timeoutMs: 90_000,
+  });
   return {
     run: (args, env = {}) => run(path, [...leading(), ...args], options(env)),
     start: (args, env = {}) => start(path, [...leading(), ...args], options(env)),
@@ -275,9 +269,6 @@ export function writeFile(path: string, data: Buffer | string): string {
 export function randomData(size: number): Buffer {
   return randomBytes(size);
 }
-
-export const md5Hex = (b: Buffer | string) => createHash("md5").update(b).digest("hex");
-export const sha256Hex = (b: Buffer | string) => createHash("sha256").update(b).digest("hex");
 
 /** A prefix lease over the whole bucket: covers every key a sync or a recursive copy touches. */
 export function bucketLease(gw: TestGateway, bucket: string, ttlMs = 600_000): Promise<Lease> {
@@ -430,7 +421,7 @@ export async function waitForAudit(
           (r ? `\nclient exit ${r.code}:\n${r.stdout}\n${r.stderr}` : ""),
       );
     }
-    await new Promise((r) => setTimeout(r, 50));
+    await sleep(50);
   }
 }
 

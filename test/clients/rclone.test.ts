@@ -2,6 +2,7 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
+import { md5Hex } from "../support/digest.js";
 import { CREDENTIALS } from "../support/gateway.js";
 import {
   bucketLease,
@@ -17,7 +18,6 @@ import {
   expectSuccess,
   leaseLostMidUpload,
   MiB,
-  md5Hex,
   randomData,
   SYNC_TREE,
   sizes,
@@ -41,6 +41,7 @@ import {
 const BUCKET = "rclone-bucket";
 
 const suite = clientSuite({
+  tools: ["rclone"],
   tempPrefix: "fencegate-rclone-",
   setup: ({ gw, local }) =>
     writeIni(local("rclone.conf"), {
@@ -57,8 +58,7 @@ const suite = clientSuite({
 });
 const { local } = suite;
 const RCLONE = clientProgram(suite, {
-  path: "/usr/bin/rclone",
-  debianPackage: "rclone",
+  tool: "rclone",
   // One attempt each: a retry must not hide a refused or failed request.
   leading: () => ["--config", local("rclone.conf"), "--retries", "1", "--low-level-retries", "1"],
 });

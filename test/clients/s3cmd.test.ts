@@ -2,6 +2,7 @@ import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
+import { md5Hex } from "../support/digest.js";
 import { CREDENTIALS } from "../support/gateway.js";
 import {
   auditRecords,
@@ -17,7 +18,6 @@ import {
   expectSuccess,
   leaseLostMidUpload,
   MiB,
-  md5Hex,
   randomData,
   SYNC_TREE,
   sizes,
@@ -41,6 +41,7 @@ const BUCKET = "s3cmd-bucket";
 const OPEN_BUCKET = "s3cmd-open";
 
 const suite = clientSuite({
+  tools: ["s3cmd"],
   tempPrefix: "fencegate-s3cmd-",
   gateway: { overrides: { fencing: { buckets: { [OPEN_BUCKET]: "optional" } } } },
   setup: ({ gw, local }) => {
@@ -62,8 +63,7 @@ const suite = clientSuite({
 });
 const { local } = suite;
 const S3CMD = clientProgram(suite, {
-  path: "/usr/bin/s3cmd",
-  debianPackage: "s3cmd",
+  tool: "s3cmd",
   leading: () => ["--config", local("s3cfg")],
 });
 

@@ -1,14 +1,24 @@
 /**
- * The conformance suite every LeaseStore passes (embedded now, Redis and Redlock later). Time is
- * a fake clock handed to the factory: no test sleeps.
+ * The conformance suite every LeaseStore passes (embedded, memory, and Redis and Redlock later).
+ * Time is a fake clock handed to the factory: no test sleeps. Commit intents and the parts that
+ * depend on a store's domain live in their own files and run as part of this suite.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { fakeClock } from "../../src/core/clock.js";
-import { DomainError, type DomainErrorCode } from "../../src/core/errors.js";
 import { overlaps } from "../../src/leases/lease-rules.js";
 import type { LeaseRecord, LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
+import { describeCommitIntentContract } from "./commit-intents.contract.js";
+import { describeLeaseDomainContract } from "./lease-domain.contract.js";
+import { describeLeaseModelContract } from "./lease-model.contract.js";
+import {
+  expectDomainError,
+  type FakeClock,
+  grantedLease,
+  type LeaseStoreContext,
+  TTL,
+} from "./lease-store-context.js";
 
-export type FakeClock = ReturnType<typeof fakeClock>;
+export { expectDomainError, type FakeClock };
 
 export type LeaseStoreHarness = {
   store: LeaseStore;
@@ -20,22 +30,7 @@ export type LeaseStoreHarness = {
 
 export type LeaseStoreFactory = (clock: FakeClock) => Promise<LeaseStoreHarness>;
 
-const TTL = 10_000;
-
-export async function expectDomainError(
-  promise: Promise<unknown>,
-  code: DomainErrorCode,
-): Promise<DomainError> {
-  const error = await promise.then(
-    () => {
-      throw new Error(`expected DomainError ${code}, but the call succeeded`);
-    },
-    (e: unknown) => e,
-  );
-  expect(error).toBeInstanceOf(DomainError);
-  expect((error as DomainError).code).toBe(code);
-  return error as DomainError;
-}
+const NO_RESTART = "the store keeps no state across a restart (its harness has no reopen)";
 
 export function describeLeaseStoreContract(name: string, factory: LeaseStoreFactory): void {
   describe(`LeaseStore contract: ${name}`, () => {
@@ -54,11 +49,18 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
     });
 
     async function grant(resource: LeaseResource, ttlMs = TTL, owner = "worker"): Promise<LeaseRecord> {
-      const result = await store.tryAcquire({ resource, ttlMs, owner });
-      if (!result.granted)
-        throw new Error(`expected a grant on ${JSON.stringify(resource)}, held by ${result.heldBy.leaseId}`);
-      return result.lease;
+      return grantedLease(await store.tryAcquire({ resource, ttlMs, owner }), JSON.stringify(resource));
     }
+
+    const context: LeaseStoreContext = {
+      get store() {
+        return store;
+      },
+      get clock() {
+        return clock;
+      },
+      grant,
+    };
 
     async function reopen(): Promise<void> {
       store = await harness.reopen!();
@@ -108,7 +110,7 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
       });
 
       it("never reuses or lowers a token across a restart", async (ctx) => {
-        if (!harness.reopen) ctx.skip();
+        ctx.skip(!harness.reopen, NO_RESTART);
         const before = [await grant({ bucket: "b", key: "a" }), await grant({ bucket: "b", key: "c" })];
         await store.release(before[1]!.leaseId);
         await reopen();
@@ -161,7 +163,7 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         const result = await store.tryAcquire({ resource: second, ttlMs: TTL, owner: "other" });
         if (conflict) {
           expect(result.granted).toBe(false);
-          if (!result.granted) expect(result.heldBy).toEqual(held);
+          expect(result).toEqual({ granted: false, heldBy: held });
         } else {
           expect(result.granted).toBe(true);
           if (result.granted) expect(result.lease.token).toBeGreaterThan(held.token);
@@ -177,7 +179,8 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         const granted = results.filter((r) => r.granted);
         expect(granted).toHaveLength(1);
         const winner = granted[0]!.granted ? granted[0]!.lease : null;
-        for (const r of results) if (!r.granted) expect(r.heldBy.leaseId).toBe(winner!.leaseId);
+        for (const r of results)
+          if (!r.granted) expect(r).toMatchObject({ heldBy: { leaseId: winner!.leaseId } });
       });
 
       it("never grants overlapping leases to concurrent attempts on a prefix and the keys under it", async () => {
@@ -385,7 +388,7 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
       });
 
       it("does not report again after a restart", async (ctx) => {
-        if (!harness.reopen) ctx.skip();
+        ctx.skip(!harness.reopen, NO_RESTART);
         await grant({ bucket: "b", key: "k" }, 1_000);
         clock.advance(1_000);
         expect(await store.collectExpired()).toHaveLength(1);
@@ -419,5 +422,9 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
     it("answers ping", async () => {
       await expect(store.ping()).resolves.toBeUndefined();
     });
+
+    describeLeaseModelContract(context);
+    describeCommitIntentContract(context);
+    describeLeaseDomainContract(context);
   });
 }

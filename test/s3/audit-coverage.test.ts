@@ -1,14 +1,15 @@
-import { Readable } from "node:stream";
 import { PutObjectCommand } from "@aws-sdk/client-s3";
 import { afterEach, describe, expect, it } from "vitest";
+import type { AuditDraft } from "../../src/audit/audit-log.js";
 import { createEmbeddedAuditLog } from "../../src/audit/embedded/embedded-audit-log.js";
 import { createFsBackend } from "../../src/backends/fs/index.js";
 import { fakeClock } from "../../src/core/clock.js";
 import { openEmbeddedDb } from "../../src/embedded/db.js";
-import { LeaseService } from "../../src/fence/lease-service.js";
 import { makeKeyring, signFencingToken } from "../../src/fence/tokens.js";
 import { WriteFencer } from "../../src/fence/write-fencer.js";
 import { createEmbeddedLeaseStore } from "../../src/leases/embedded/embedded-lease-store.js";
+import { LeaseService } from "../../src/leases/lease-service.js";
+import { verifiedBody } from "../support/bodies.js";
 import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -27,20 +28,26 @@ describe("audit records and commits", () => {
     const clock = fakeClock();
     const backend = await createFsBackend({ dataDir: dir.path, db, clock });
     const leases = createEmbeddedLeaseStore({ db, clock });
-    const audit = createEmbeddedAuditLog({ db, gatewayId: "gw-test", clock });
+    const log = createEmbeddedAuditLog({ db, gatewayId: "gw-test", clock });
     const keyring = makeKeyring([{ id: "k1", secret: Buffer.alloc(32, 1) }]);
     let failRecording = true;
+    // The same log, whose appends inside another component's step fail.
+    const audit = {
+      ...log,
+      appendInStep: (draft: AuditDraft) => {
+        if (failRecording) throw new Error("disk full");
+        return log.appendInStep(draft);
+      },
+    };
     const fencer = new WriteFencer({
       leases,
       audit,
       keyring,
       clock,
       policyFor: () => "required",
+      writeState: (b, k) => backend.writeState(b, k),
       highestToken: (b, k) => backend.highestToken(b, k),
-      appendInCommit: (draft) => {
-        if (failRecording) throw new Error("disk full");
-        audit.appendSync(draft);
-      },
+      domainOf: () => backend.domain,
     });
     await backend.createBucket("bkt");
     const granted = await leases.tryAcquire({
@@ -57,23 +64,22 @@ describe("audit records and commits", () => {
     const write = () =>
       fencer.write(
         { op: "PutObject", bucket: "bkt", key: "k", tokenString, principal: "p", requestId: "r" },
-        (fence, hooks) =>
+        (commit) =>
           backend.putObject(
             {
               bucket: "bkt",
               key: "k",
-              body: Readable.from([Buffer.from("data")]),
+              body: verifiedBody("data"),
               metadata: { headers: {}, userMetadata: {} },
-              fence,
             },
-            hooks,
+            commit,
           ),
       );
 
     await expect(write()).rejects.toThrow("disk full");
     await expect(backend.headObject("bkt", "k")).rejects.toMatchObject({ code: "NoSuchKey" });
     expect(await backend.highestToken("bkt", "k")).toBeNull();
-    const refused = await audit.query({ limit: 10 });
+    const refused = await log.query({ limit: 10 });
     expect(refused.records.map((r) => [r.op, r.decision, r.reason])).toEqual([
       ["PutObject", "rejected", "InternalError"],
     ]);
@@ -81,7 +87,7 @@ describe("audit records and commits", () => {
     failRecording = false;
     await write();
     expect((await backend.headObject("bkt", "k")).size).toBe(4);
-    const all = await audit.query({ limit: 10, decision: "accepted" });
+    const all = await log.query({ limit: 10, decision: "accepted" });
     expect(all.records).toHaveLength(1);
     expect(all.records[0]).toMatchObject({ op: "PutObject", token: lease.token, highestToken: lease.token });
   });
@@ -122,17 +128,22 @@ describe("lease events and their records", () => {
     });
     const clock = fakeClock();
     const store = createEmbeddedLeaseStore({ db, clock });
-    const audit = createEmbeddedAuditLog({ db, gatewayId: "gw-test", clock });
+    const log = createEmbeddedAuditLog({ db, gatewayId: "gw-test", clock });
     let failRecording = true;
+    const audit = {
+      ...log,
+      appendInStep: (draft: AuditDraft) => {
+        if (failRecording) throw new Error("disk full");
+        return log.appendInStep(draft);
+      },
+    };
     const leases = new LeaseService({
       store,
       audit,
-      keyring: makeKeyring([{ id: "k1", secret: Buffer.alloc(32, 1) }]),
       clock,
       limits: { minTtlMs: 500, maxTtlMs: 60_000, maxWaitMs: 0 },
-      appendInCommit: (draft) => {
-        if (failRecording) throw new Error("disk full");
-        audit.appendSync(draft);
+      fenceObject: async () => {
+        throw new Error("no commit intents with a store on the backend's database");
       },
     });
     const caller = { principal: "p", requestId: "r" };

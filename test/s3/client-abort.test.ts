@@ -3,8 +3,8 @@ import { connect } from "node:net";
 import { join } from "node:path";
 import { CreateBucketCommand, HeadObjectCommand, ListBucketsCommand } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { objectPath, signRequest } from "../integration/helpers.js";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
+import { objectPath, signRequest } from "../support/signed-http.js";
 
 let gw: TestGateway;
 

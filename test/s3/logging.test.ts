@@ -1,11 +1,9 @@
 import { Writable } from "node:stream";
 import { PutObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, expect, it } from "vitest";
-import { LeaseClient } from "../../src/client/lease-client.js";
-import { loadConfig } from "../../src/config/load.js";
-import { createLogger } from "../../src/log.js";
-import { type Gateway, startGateway } from "../../src/server/gateway.js";
-import { CREDENTIALS, s3Client, tempDir } from "../support/gateway.js";
+import { createLogger } from "../../src/core/log.js";
+import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { sleep } from "../support/wait.js";
 
 const lines: Array<Record<string, unknown>> = [];
 const raw: string[] = [];
@@ -18,23 +16,19 @@ const sink = new Writable({
     done();
   },
 });
-const dir = tempDir();
-let gw: Gateway;
+let gw: TestGateway;
 
 afterAll(async () => {
-  await gw?.close();
-  dir.cleanup();
+  await gw?.stop();
 });
 
 it("logs JSON lines that carry the request id and never a secret or a fencing token", async () => {
-  const config = loadConfig({
-    FENCEGATE_PORT: "0",
-    FENCEGATE_DATA_DIR: dir.path,
-    FENCEGATE_LOG_LEVEL: "debug",
+  gw = await startTestGateway({
+    env: { FENCEGATE_LOG_LEVEL: "debug" },
+    log: createLogger("debug", {}, sink),
   });
-  gw = await startGateway(config, { log: createLogger("debug", {}, sink) });
-  const leases = new LeaseClient({ endpoint: gw.url, ...CREDENTIALS });
-  const s3 = s3Client(gw.url);
+  const { leases } = gw;
+  const s3 = gw.s3();
   await s3.send(new PutObjectCommand({ Bucket: "nobucket", Key: "k", Body: "x" })).catch(() => undefined);
   const lease = await leases.acquire({ bucket: "logs", key: "k", ttlMs: 5_000 });
   const res = await s3
@@ -47,7 +41,7 @@ it("logs JSON lines that carry the request id and never a secret or a fencing to
       }),
     )
     .catch((e: { $metadata: { requestId?: string } }) => e);
-  await new Promise((r) => setTimeout(r, 50));
+  await sleep(50);
 
   const requestLines = lines.filter((l) => l.msg === "request refused" || l.msg === "s3 request");
   expect(requestLines.length).toBeGreaterThanOrEqual(3);

@@ -1,4 +1,3 @@
-import { createHash, createHmac } from "node:crypto";
 import { readdirSync } from "node:fs";
 import { Agent, request as httpRequest } from "node:http";
 import { connect } from "node:net";
@@ -15,12 +14,15 @@ import {
 import { NodeHttpHandler } from "@smithy/node-http-handler";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Lease } from "../../src/client/lease-client.js";
-import { expectS3Error, objectPath, rawRequest, signRequest } from "../integration/helpers.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
-
-const EMPTY_SHA256 = createHash("sha256").update("").digest("hex");
-const hmac = (key: Buffer | string, data: string) => createHmac("sha256", key).update(data).digest();
-const sha256 = (data: Buffer | string) => createHash("sha256").update(data).digest("hex");
+import {
+  chunkSignerOf,
+  expectS3Error,
+  objectPath,
+  rawRequest,
+  signedChunkedBody,
+  signRequest,
+} from "../support/signed-http.js";
 
 let gw: TestGateway;
 let lease: Lease;
@@ -57,37 +59,10 @@ async function signedChunkedPut(key: string, chunks: Buffer[], tamper = false) {
       "x-fence-token": lease.fencingToken,
     },
   });
-  const headers = req.headers as Record<string, string>;
-  const auth = headers.authorization!;
-  const seed = /Signature=([0-9a-f]{64})/.exec(auth)![1]!;
-  const scope = /Credential=[^/]+\/([^,]+)/.exec(auth)![1]!;
-  const amzDate = headers["x-amz-date"]!;
-  const [date, region, service] = scope.split("/") as [string, string, string];
-  const key4 = hmac(
-    hmac(hmac(hmac(`AWS4${CREDENTIALS.secretAccessKey}`, date), region), service),
-    "aws4_request",
-  );
-  let previous = seed;
-  const parts: Buffer[] = [];
-  for (const data of [...chunks, Buffer.alloc(0)]) {
-    const stringToSign = [
-      "AWS4-HMAC-SHA256-PAYLOAD",
-      amzDate,
-      scope,
-      previous,
-      EMPTY_SHA256,
-      sha256(data),
-    ].join("\n");
-    const signature = hmac(key4, stringToSign).toString("hex");
-    previous = signature;
-    const sent = tamper && data.length > 0 ? Buffer.from(data.toString().toUpperCase()) : data;
-    parts.push(
-      Buffer.from(`${data.length.toString(16)};chunk-signature=${signature}\r\n`),
-      sent,
-      Buffer.from("\r\n"),
-    );
-  }
-  return rawRequest(gw.url, { ...req, body: Buffer.concat(parts) });
+  const { body } = signedChunkedBody(chunks, chunkSignerOf(req.headers ?? {}), {
+    tamper: tamper ? (data) => Buffer.from(data.toString().toUpperCase()) : undefined,
+  });
+  return rawRequest(gw.url, { ...req, body });
 }
 
 describe("signed streaming payloads", () => {

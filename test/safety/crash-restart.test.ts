@@ -2,7 +2,7 @@
 // several times. Tokens never go backwards, acknowledged writes survive in full, nothing
 // half-written ever becomes visible, HCTs survive, and the audit log holds every acknowledged
 // decision. Also: a second gateway on a data directory in use refuses to start.
-import { createHash, randomBytes, randomInt } from "node:crypto";
+import { randomBytes, randomInt } from "node:crypto";
 import { join } from "node:path";
 import { Readable } from "node:stream";
 import {
@@ -14,6 +14,7 @@ import {
 } from "@aws-sdk/client-s3";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { type Lease, LeaseApiError, LeaseClient } from "../../src/client/lease-client.js";
+import { md5Hex } from "../support/digest.js";
 import {
   CREDENTIALS,
   type GatewayProcess,
@@ -25,12 +26,11 @@ import {
 import {
   type AuditRecord,
   allAuditRecords,
-  md5Hex,
   outcomeOfError,
   quietLogger,
   runToExit,
-  sleep,
 } from "../support/safety-helpers.js";
+import { sleep } from "../support/wait.js";
 
 const BUCKET = "crash";
 const WRITERS = 6;
@@ -362,7 +362,7 @@ async function getObject(
   try {
     const got = await s3.send(new GetObjectCommand({ Bucket: BUCKET, Key: key }));
     const bytes = await got.Body!.transformToByteArray();
-    return { md5: createHash("md5").update(bytes).digest("hex"), size: bytes.length, etag: got.ETag };
+    return { md5: md5Hex(bytes), size: bytes.length, etag: got.ETag };
   } catch (err) {
     if (outcomeOfError(err).status === 404) return null;
     throw err;

@@ -18,9 +18,9 @@ import {
   killChild,
   LineReader,
   processState,
-  sleep,
   waitForProcessState,
 } from "../support/safety-helpers.js";
+import { sleep } from "../support/wait.js";
 
 const CLIENT_A = fileURLToPath(new URL("./fixtures/paused-client.ts", import.meta.url));
 const BUCKET = "paused";

@@ -11,15 +11,12 @@ import {
   type S3Client,
 } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { INLINE_MAX_BYTES } from "../../src/backends/fs/index.js";
 import type { Lease } from "../../src/client/lease-client.js";
+import { md5Hex } from "../support/digest.js";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
-import {
-  allAuditRecords,
-  md5Hex,
-  type RawResponse,
-  sleep,
-  slowSignedPut,
-} from "../support/safety-helpers.js";
+import { allAuditRecords, type SlowPutResponse, slowSignedPut } from "../support/safety-helpers.js";
+import { sleep } from "../support/wait.js";
 
 const BUCKET = "slow";
 // Long enough for the slow write to be authorized on a busy machine, short enough to wait out.
@@ -46,7 +43,13 @@ describe("a write whose body outlives its lease", () => {
    * for reading (its blob temp file exists), i.e. it authorized the write with the lease active.
    */
   async function startSlowPut(key: string, lease: Lease) {
-    const chunks = [Buffer.alloc(64 * 1024, "s"), Buffer.alloc(64 * 1024, "l"), Buffer.from("ow-end")];
+    // The first chunk alone is too large to be kept inline: the fs backend starts its blob file
+    // as soon as it has arrived, which is how waitForBodyInProgress sees the body under way.
+    const chunks = [
+      Buffer.alloc(INLINE_MAX_BYTES + 64 * 1024, "s"),
+      Buffer.alloc(64 * 1024, "l"),
+      Buffer.from("ow-end"),
+    ];
     const body = Buffer.concat(chunks);
     let release!: () => void;
     const gate = new Promise<void>((r) => {
@@ -69,7 +72,7 @@ describe("a write whose body outlives its lease", () => {
     await waitForBodyInProgress(gw.dataDir, response);
     return {
       body,
-      finish: async (): Promise<RawResponse> => {
+      finish: async (): Promise<SlowPutResponse> => {
         release();
         return response;
       },
@@ -99,7 +102,7 @@ describe("a write whose body outlives its lease", () => {
     expect(got.ETag).toBe(`"${md5Hex(body)}"`);
   }
 
-  async function expectRefusalAudited(key: string, slow: RawResponse, token: number, reason: string) {
+  async function expectRefusalAudited(key: string, slow: SlowPutResponse, token: number, reason: string) {
     const records = await allAuditRecords(gw.leases, { bucket: BUCKET, key, op: "PutObject" });
     const mine = records.filter((r) => r.requestId === slow.requestId);
     expect(mine).toHaveLength(1);
@@ -184,12 +187,12 @@ function leftoverTempFiles(dataDir: string): string[] {
 }
 
 /**
- * Waits until the gateway is receiving the slow body: the fs backend streams it into a temp
- * file under <dataDir>/blobs/tmp only after the write passed authorization and the early HCT
- * check. Fails if the request is answered first.
+ * Waits until the gateway is receiving the slow body: the fs backend streams a body larger than
+ * its inline threshold into a temp file under <dataDir>/blobs/tmp, only after the write passed
+ * authorization and the early HCT check. Fails if the request is answered first.
  */
-async function waitForBodyInProgress(dataDir: string, response: Promise<RawResponse>): Promise<void> {
-  let answered: RawResponse | undefined;
+async function waitForBodyInProgress(dataDir: string, response: Promise<SlowPutResponse>): Promise<void> {
+  let answered: SlowPutResponse | undefined;
   response.then(
     (r) => {
       answered = r;

@@ -13,15 +13,10 @@ import {
 } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Lease, LeaseClient } from "../../src/client/lease-client.js";
+import { md5Hex } from "../support/digest.js";
 import { CREDENTIALS, type GatewayProcess, s3Client, spawnGateway, tempDir } from "../support/gateway.js";
-import {
-  allAuditRecords,
-  md5Hex,
-  outcomeOfError,
-  type S3Outcome,
-  sleep,
-  slowSignedPut,
-} from "../support/safety-helpers.js";
+import { allAuditRecords, outcomeOfError, type S3Outcome, slowSignedPut } from "../support/safety-helpers.js";
+import { sleep } from "../support/wait.js";
 
 const BUCKET = "race";
 const KEY = "contended";

@@ -1,22 +1,22 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { S3Client, type S3ClientConfig } from "@aws-sdk/client-s3";
 import { LeaseClient } from "../../src/client/lease-client.js";
 import { loadConfig } from "../../src/config/load.js";
 import { DEV_ACCESS_KEY_ID, DEV_SECRET_ACCESS_KEY } from "../../src/config/resolve.js";
 import type { Clock } from "../../src/core/clock.js";
-import { createLogger } from "../../src/log.js";
+import { createLogger, type Logger } from "../../src/core/log.js";
 import { type Gateway, startGateway } from "../../src/server/gateway.js";
+import { trackChild } from "./processes.js";
+import { tempDir } from "./temp.js";
+import { sleep } from "./wait.js";
 
 export const ROOT = resolve(import.meta.dirname, "../..");
-export const CREDENTIALS = { accessKeyId: DEV_ACCESS_KEY_ID, secretAccessKey: DEV_SECRET_ACCESS_KEY };
+/** The health endpoint (no authentication): 200 once the gateway serves. */
+export const HEALTH_PATH = "/_fence/v1/health";
+export { tempDir };
 
-export function tempDir(prefix = "fencegate-test-"): { path: string; cleanup(): void } {
-  const path = mkdtempSync(join(tmpdir(), prefix));
-  return { path, cleanup: () => rmSync(path, { recursive: true, force: true }) };
-}
+export const CREDENTIALS = { accessKeyId: DEV_ACCESS_KEY_ID, secretAccessKey: DEV_SECRET_ACCESS_KEY };
 
 export type TestGateway = Gateway & {
   dataDir: string;
@@ -25,13 +25,18 @@ export type TestGateway = Gateway & {
   stop(): Promise<void>;
 };
 
-/** A gateway in this process on 127.0.0.1:0 with its own data directory. */
+/**
+ * A gateway in this process on 127.0.0.1:0 with its own data directory (or `dataDir`), ready
+ * once its health endpoint answers 200. stop() closes it and removes the data directory it made.
+ */
 export async function startTestGateway(
   opts: {
     env?: Record<string, string>;
     overrides?: Record<string, unknown>;
     clock?: Clock;
     dataDir?: string;
+    /** Default: a silent logger (TEST_LOG_LEVEL=debug shows the gateway's log). */
+    log?: Logger;
   } = {},
 ): Promise<TestGateway> {
   const dir = opts.dataDir ? null : tempDir();
@@ -42,8 +47,15 @@ export async function startTestGateway(
   );
   const gw = await startGateway(config, {
     clock: opts.clock,
-    log: createLogger(process.env.TEST_LOG_LEVEL ?? "silent"),
+    log: opts.log ?? createLogger(process.env.TEST_LOG_LEVEL ?? "silent"),
   });
+  try {
+    await waitForHealth(gw.url, { timeoutMs: 10_000 });
+  } catch (e) {
+    await gw.close();
+    dir?.cleanup();
+    throw e;
+  }
   return Object.assign(gw, {
     dataDir,
     s3: (extra: Partial<S3ClientConfig> = {}) => s3Client(gw.url, extra),
@@ -66,6 +78,40 @@ export function s3Client(endpoint: string, extra: Partial<S3ClientConfig> = {}):
   });
 }
 
+/**
+ * Resolves once `GET <url>/_fence/v1/health` answers 200; polls until then. Rejects after
+ * `timeoutMs` (or as soon as `exited()` says the gateway's process is gone) with the last answer
+ * or error and `output()`, the process's output so far, when given.
+ */
+export async function waitForHealth(
+  url: string,
+  opts: { timeoutMs?: number; output?: () => string; exited?: () => string | null } = {},
+): Promise<void> {
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const deadline = Date.now() + timeoutMs;
+  let last = "no answer yet";
+  for (;;) {
+    const gone = opts.exited?.() ?? null;
+    if (gone !== null) last = gone;
+    else {
+      try {
+        const res = await fetch(`${url}${HEALTH_PATH}`, { signal: AbortSignal.timeout(5_000) });
+        const body = await res.text();
+        if (res.status === 200) return;
+        last = `${res.status} ${body.slice(0, 300)}`;
+      } catch (e) {
+        last = String((e as Error).cause ?? e);
+      }
+    }
+    if (gone !== null || Date.now() > deadline) {
+      const why = gone ?? `not healthy within ${timeoutMs} ms (last: ${last})`;
+      const output = opts.output?.();
+      throw new Error(`gateway at ${url}: ${why}${output !== undefined ? `\noutput:\n${output}` : ""}`);
+    }
+    await sleep(25);
+  }
+}
+
 export type GatewayProcess = {
   url: string;
   child: ChildProcess;
@@ -73,11 +119,19 @@ export type GatewayProcess = {
   kill(signal?: NodeJS.Signals): Promise<void>;
 };
 
-/** A gateway in its own process (for SIGSTOP, kill -9 and restarts). */
+/**
+ * A gateway in its own process (for SIGSTOP, kill -9 and restarts), on port 0 of 127.0.0.1.
+ * The URL is read from the "fencegate listening on URL" line it prints; it is ready when its
+ * health endpoint answers 200. Rejects, with the process's output, when it exits first or is
+ * not healthy within `timeoutMs`.
+ */
 export async function spawnGateway(
   dataDir: string,
   env: Record<string, string> = {},
+  opts: { timeoutMs?: number } = {},
 ): Promise<GatewayProcess> {
+  const timeoutMs = opts.timeoutMs ?? 30_000;
+  const started = Date.now();
   const child = spawn(process.execPath, ["--import", "tsx", join(ROOT, "src/cli/main.ts"), "serve"], {
     cwd: ROOT,
     env: {
@@ -89,6 +143,7 @@ export async function spawnGateway(
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
+  trackChild(child);
   let out = "";
   child.stdout!.on("data", (d) => {
     out += d;
@@ -96,22 +151,35 @@ export async function spawnGateway(
   child.stderr!.on("data", (d) => {
     out += d;
   });
-  const exited = new Promise<void>((res) => child.once("exit", () => res()));
-  const url = await new Promise<string>((res, rej) => {
-    const timer = setTimeout(() => rej(new Error(`gateway did not start:\n${out}`)), 30_000);
-    const check = () => {
-      const m = /fencegate listening on (http:\/\/\S+)/.exec(out);
-      if (m) {
-        clearTimeout(timer);
-        res(m[1]!);
-      }
-    };
-    child.stdout!.on("data", check);
-    child.once("exit", (code) => {
-      clearTimeout(timer);
-      rej(new Error(`gateway exited with ${code} before listening:\n${out}`));
+  let exit: string | null = null;
+  const exited = new Promise<void>((res) => {
+    child.once("exit", (code, signal) => {
+      exit = `exited (${signal ?? `code ${code}`}) before it was healthy`;
+      res();
     });
   });
+  const fail = async (why: string) => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    await exited;
+    return new Error(`gateway process ${child.pid} ${why}\noutput:\n${out}`);
+  };
+  // The URL (the port is the kernel's choice) from the line the gateway prints once it listens.
+  let url: string | undefined;
+  while (url === undefined) {
+    url = /fencegate listening on (http:\/\/\S+)/.exec(out)?.[1];
+    if (url !== undefined) break;
+    if (exit !== null) throw await fail(exit);
+    if (Date.now() - started > timeoutMs) throw await fail(`printed no URL within ${timeoutMs} ms`);
+    await sleep(10);
+  }
+  try {
+    await waitForHealth(url, {
+      timeoutMs: Math.max(1_000, timeoutMs - (Date.now() - started)),
+      exited: () => exit,
+    });
+  } catch (e) {
+    throw await fail((e as Error).message);
+  }
   return {
     url,
     child,

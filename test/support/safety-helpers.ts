@@ -1,22 +1,17 @@
 // Helpers shared by the safety acceptance tests (test/safety/**): raw signed HTTP writes with
 // paced bodies, S3 error inspection, audit paging, child-process line protocols.
 import { type ChildProcess, spawn } from "node:child_process";
-import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { request } from "node:http";
-import { Sha256 } from "@aws-crypto/sha256-js";
-import { SignatureV4 } from "@smithy/signature-v4";
 import type { AuditRecord } from "../../src/audit/audit-log.js";
 import type { LeaseClient } from "../../src/client/lease-client.js";
-import { CREDENTIALS } from "./gateway.js";
+import { objectPath, signRequest } from "./signed-http.js";
+import { sleep } from "./wait.js";
 
 export type { AuditRecord };
 
 /** For S3 clients whose requests are expected to fail (the SDK warns on console otherwise). */
 export const quietLogger = { debug() {}, info() {}, warn() {}, error() {} };
-
-export const md5Hex = (b: Uint8Array | string) => createHash("md5").update(b).digest("hex");
-export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /** Every audit record matching the query, following cursors to the end. */
 export async function allAuditRecords(
@@ -62,7 +57,8 @@ export function outcomeOfError(err: unknown): S3Outcome {
   };
 }
 
-export type RawResponse = {
+/** The answer to a slowSignedPut. */
+export type SlowPutResponse = {
   status: number;
   headers: Record<string, string | string[] | undefined>;
   body: string;
@@ -73,14 +69,6 @@ export type RawResponse = {
   /** True when the response head arrived before the last body byte had been written. */
   respondedBeforeBodyEnd: boolean;
 };
-
-const signer = new SignatureV4({
-  service: "s3",
-  region: "us-east-1",
-  credentials: CREDENTIALS,
-  sha256: Sha256,
-  uriEscapePath: false,
-});
 
 /**
  * A PutObject sent as a raw SigV4-signed HTTP request with `x-amz-content-sha256:
@@ -95,29 +83,27 @@ export async function slowSignedPut(opts: {
   headers?: Record<string, string>;
   gate: (index: number) => Promise<void>;
   onFirstChunkWritten?: () => void;
-}): Promise<RawResponse> {
+}): Promise<SlowPutResponse> {
   const url = new URL(opts.endpoint);
   const total = opts.chunks.reduce((n, c) => n + c.length, 0);
-  const path = `/${opts.bucket}/${opts.key.split("/").map(encodeURIComponent).join("/")}`;
-  const signed = await signer.sign({
+  const signed = await signRequest(opts.endpoint, {
     method: "PUT",
-    protocol: url.protocol,
-    hostname: url.hostname,
-    port: Number(url.port),
-    path,
-    query: {},
-    headers: {
-      host: url.host,
-      "content-length": String(total),
-      "x-amz-content-sha256": "UNSIGNED-PAYLOAD",
-      ...opts.headers,
-    },
+    path: objectPath(opts.bucket, opts.key),
+    payloadHash: "UNSIGNED-PAYLOAD",
+    headers: { "content-length": String(total), ...opts.headers },
   });
   let bodyEnded = false;
   let responded = false;
-  return new Promise<RawResponse>((resolve, reject) => {
+  return new Promise<SlowPutResponse>((resolve, reject) => {
     const req = request(
-      { method: "PUT", host: url.hostname, port: url.port, path, headers: signed.headers, agent: false },
+      {
+        method: "PUT",
+        host: url.hostname,
+        port: url.port,
+        path: signed.path,
+        headers: signed.headers,
+        agent: false,
+      },
       (res) => {
         const respondedBeforeBodyEnd = !bodyEnded;
         responded = true;

@@ -1,7 +1,6 @@
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
-import { prefixUpperBound } from "../../core/prefix-range.js";
-import type { EmbeddedDb } from "../../embedded/db.js";
+import { type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
 import {
   type AuditDraft,
   type AuditLog,
@@ -11,6 +10,7 @@ import {
   MAX_AUDIT_LIMIT,
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "./cursor.js";
+import { createAuditPlanner, type EqualColumn, type PlannedFilters } from "./query-plan.js";
 import { migrateAuditTables } from "./schema.js";
 
 export type EmbeddedAuditLogOptions = {
@@ -19,6 +19,8 @@ export type EmbeddedAuditLogOptions = {
   /** This gateway instance, written into every record's `gateway`. */
   gatewayId: string;
   clock?: Clock;
+  /** The query planner's count cap (query-plan.ts); tests lower it to reach every path. */
+  planCountCap?: number;
 };
 
 type AuditRow = {
@@ -43,24 +45,22 @@ const COLUMNS =
   "seq, time, op, bucket, key, prefix, token, lease_id, owner, principal, decision, reason, highest_token, request_id, gateway";
 
 /**
- * The audit log kept in the gateway's own SQLite file. append is one autocommit INSERT: with
- * synchronous=FULL it returns only once the record is on disk, so the caller may answer the
- * request it audits.
+ * The audit log kept in the gateway's own SQLite file. append is one step of the database's
+ * domain: with synchronous=FULL it resolves only once the record is on disk, so the caller may
+ * answer the request it audits. appendInStep joins another component's step on the same
+ * database (the fs backend's commit, the embedded lease store's grant): the record then commits
+ * or rolls back with it.
  */
-export type EmbeddedAuditLog = AuditLog & {
-  /**
-   * Appends synchronously. Called inside another transaction on the same database (the fs
-   * backend's commit), the record commits or rolls back with it.
-   */
-  appendSync(draft: AuditDraft): AuditRecord;
-};
+export type EmbeddedAuditLog = AuditLog & { appendInStep: (draft: AuditDraft) => AuditRecord };
 
 export function createEmbeddedAuditLog({
   db,
   gatewayId,
   clock = systemClock,
+  planCountCap,
 }: EmbeddedAuditLogOptions): EmbeddedAuditLog {
   migrateAuditTables(db);
+  const domain = embeddedDomain(db);
 
   const insert = db.prepare(
     `INSERT INTO audit_records (time, time_ms, op, bucket, key, prefix, token, lease_id, owner, principal,
@@ -69,15 +69,26 @@ export function createEmbeddedAuditLog({
        @decision, @reason, @highestToken, @requestId, @gateway)`,
   );
   const ping = db.prepare("SELECT 1");
-  // One statement per combination of filters (at most 2^8), prepared on first use.
+  const plan = createAuditPlanner(db, planCountCap);
   const statements = new Map<string, ReturnType<EmbeddedDb["prepare"]>>();
+
+  // Whether record times have followed seqs so far (a time window is then a seq range), and the
+  // latest time: a record stamped before it (a clock stepping back) ends that, durably, in its
+  // own step. A step rolled back after that leaves the flag off here: slower plans, same answers.
+  let timesOrdered =
+    (db.prepare("SELECT value FROM audit_meta WHERE name = 'times_ordered'").get() as { value: number })
+      .value === 1;
+  let latestTime =
+    (db.prepare("SELECT max(time_ms) AS t FROM audit_records").get() as { t: number | null }).t ??
+    Number.NEGATIVE_INFINITY;
+  const markUnordered = db.prepare("UPDATE audit_meta SET value = 0 WHERE name = 'times_ordered'");
 
   let closed = false;
   const open = () => {
     if (closed || !db.open) throw new DomainError("ServiceUnavailable", "the embedded audit log is closed");
   };
 
-  const appendSync = (draft: AuditDraft): AuditRecord => {
+  const appendInStep = (draft: AuditDraft): AuditRecord => {
     open();
     const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
     const record: Omit<AuditRecord, "seq"> = {
@@ -97,64 +108,51 @@ export function createEmbeddedAuditLog({
       gateway: gatewayId,
     };
     const { lastInsertRowid } = insert.run({ ...record, timeMs });
+    if (timeMs < latestTime && timesOrdered) {
+      markUnordered.run();
+      timesOrdered = false;
+    }
+    latestTime = Math.max(latestTime, timeMs);
     return { seq: Number(lastInsertRowid), ...record };
   };
 
   return {
     kind: "embedded",
-    appendSync,
+    domain,
+    appendInStep,
 
     async append(draft: AuditDraft): Promise<AuditRecord> {
-      return appendSync(draft);
+      return domain.run(() => appendInStep(draft));
     },
 
     async query(query: AuditQuery) {
       open();
-      const where: string[] = [];
-      const params: Record<string, string | number> = {};
-      const equal = (column: string, name: string, value: string | undefined) => {
-        if (value === undefined) return;
-        where.push(`${column} = @${name}`);
-        params[name] = value;
+      const equal: PlannedFilters["equal"] = [];
+      const add = (column: EqualColumn, value: string | undefined) => {
+        if (value !== undefined) equal.push({ column, value });
       };
-      equal("bucket", "bucket", query.bucket);
-      equal("key", "key", query.key);
-      equal("lease_id", "leaseId", query.leaseId);
-      equal("decision", "decision", query.decision);
-      equal("op", "op", query.op);
-      if (query.prefix) {
-        // Ranges, not LIKE: `%` and `_` are ordinary characters in object keys.
-        params["lower"] = query.prefix;
-        const upperPrefix = prefixUpperBound(query.prefix);
-        if (upperPrefix === null) {
-          where.push("(key >= @lower OR prefix >= @lower)");
-        } else {
-          params["upper"] = upperPrefix;
-          where.push("((key >= @lower AND key < @upper) OR (prefix >= @lower AND prefix < @upper))");
-        }
-      }
-      if (query.since !== undefined) {
-        where.push("time_ms >= @since");
-        params["since"] = parseTime(query.since, "since");
-      }
-      if (query.until !== undefined) {
-        where.push("time_ms < @until");
-        params["until"] = parseTime(query.until, "until");
-      }
-      if (query.cursor !== undefined) {
-        where.push("seq > @after");
-        params["after"] = decodeCursor(query.cursor);
-      }
+      add("bucket", query.bucket);
+      add("key", query.key);
+      add("lease_id", query.leaseId);
+      add("decision", query.decision);
+      add("op", query.op);
       const limit = clampLimit(query.limit);
-      params["fetch"] = limit + 1; // one more than asked tells whether another page exists
-
-      const sql = `SELECT ${COLUMNS} FROM audit_records${where.length ? ` WHERE ${where.join(" AND ")}` : ""} ORDER BY seq LIMIT @fetch`;
-      let stmt = statements.get(sql);
+      const filters: PlannedFilters = {
+        equal,
+        // Ranges, not LIKE: `%` and `_` are ordinary characters in object keys.
+        ...(query.prefix ? { prefix: query.prefix } : {}),
+        ...(query.since !== undefined ? { sinceMs: parseTime(query.since, "since") } : {}),
+        ...(query.until !== undefined ? { untilMs: parseTime(query.until, "until") } : {}),
+        after: query.cursor !== undefined ? decodeCursor(query.cursor) : 0,
+      };
+      // One more than asked tells whether another page exists.
+      const planned = plan(filters, COLUMNS, limit + 1, timesOrdered);
+      let stmt = statements.get(planned.sql);
       if (!stmt) {
-        stmt = db.prepare(sql);
-        statements.set(sql, stmt);
+        stmt = db.prepare(planned.sql);
+        statements.set(planned.sql, stmt);
       }
-      const rows = stmt.all(params) as AuditRow[];
+      const rows = stmt.all(planned.params) as AuditRow[];
       const page = rows.slice(0, limit).map(toRecord);
       const last = page.at(-1);
       return { records: page, nextCursor: rows.length > limit && last ? encodeCursor(last.seq) : null };

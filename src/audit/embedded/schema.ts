@@ -1,9 +1,13 @@
 import type { EmbeddedDb } from "../../embedded/db.js";
 
 /**
- * The embedded audit log's table. `seq` (AUTOINCREMENT, so never reused even after deletes) is
+ * The embedded audit log's tables. `seq` (AUTOINCREMENT, so never reused even after deletes) is
  * the commit order; `time_ms` mirrors `time` as an integer for range queries. The db handle is
  * shared with the storage backend and the lease store, hence the `audit_` prefix.
+ *
+ * Every index ends in seq, so that an equality on its column yields rows in seq order and a
+ * page stops after `limit` rows (query-plan.ts). audit_meta holds one fact the planner needs:
+ * whether record times have always followed seqs (then a time window is a seq range).
  */
 const DDL = `
 CREATE TABLE IF NOT EXISTS audit_records (
@@ -24,12 +28,38 @@ CREATE TABLE IF NOT EXISTS audit_records (
   request_id TEXT,
   gateway TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS audit_records_bucket_key ON audit_records (bucket, key, seq);
-CREATE INDEX IF NOT EXISTS audit_records_bucket_prefix ON audit_records (bucket, prefix, seq) WHERE prefix IS NOT NULL;
+CREATE INDEX IF NOT EXISTS audit_records_bucket ON audit_records (bucket, seq) WHERE bucket IS NOT NULL;
+CREATE INDEX IF NOT EXISTS audit_records_key ON audit_records (key, seq) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS audit_records_prefix ON audit_records (prefix, seq) WHERE prefix IS NOT NULL;
 CREATE INDEX IF NOT EXISTS audit_records_lease ON audit_records (lease_id, seq) WHERE lease_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS audit_records_op ON audit_records (op, seq);
+CREATE INDEX IF NOT EXISTS audit_records_decision ON audit_records (decision, seq);
 CREATE INDEX IF NOT EXISTS audit_records_time ON audit_records (time_ms, seq);
+-- Replaced by audit_records_key and audit_records_prefix (a key is rarely in two buckets, and
+-- a bucket filter is then checked on the key's few rows).
+DROP INDEX IF EXISTS audit_records_bucket_key;
+DROP INDEX IF EXISTS audit_records_bucket_prefix;
+
+CREATE TABLE IF NOT EXISTS audit_meta (
+  name TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
 `;
 
 export function migrateAuditTables(db: EmbeddedDb): void {
-  db.exec(DDL);
+  db.transaction(() => {
+    db.exec(DDL);
+    // Once per data directory (written before audit_meta existed, or new): are the times in
+    // seq order? Adjacent pairs suffice: a sequence never steps back iff no step does.
+    const known = db.prepare("SELECT value FROM audit_meta WHERE name = 'times_ordered'").get();
+    if (!known) {
+      const back = db
+        .prepare(
+          `SELECT 1 FROM (SELECT time_ms, LAG(time_ms) OVER (ORDER BY seq) AS previous FROM audit_records)
+           WHERE time_ms < previous LIMIT 1`,
+        )
+        .get();
+      db.prepare("INSERT INTO audit_meta (name, value) VALUES ('times_ordered', ?)").run(back ? 0 : 1);
+    }
+  }).immediate();
 }

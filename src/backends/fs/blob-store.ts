@@ -1,12 +1,16 @@
-import { createHash, randomUUID } from "node:crypto";
+import { createHash, randomInt, randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { type FileHandle, mkdir, open, opendir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import type { Readable } from "node:stream";
+import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { DirSyncer, syncDir } from "./dir-sync.js";
 
 /** A body written in full and durably, under its final name, not yet referenced by any row. */
 export type StoredBlob = { id: string; size: number; md5Hex: string };
+
+/** New blobs go to one shard for this many writes, so that concurrent writes share dir fsyncs. */
+const BLOBS_PER_SHARD_TURN = 256;
 
 const SHARD = /^[0-9a-f]{2}$/;
 
@@ -18,6 +22,8 @@ const SHARD = /^[0-9a-f]{2}$/;
  */
 export class BlobStore {
   private readonly tmpDir: string;
+  readonly dirSyncs = new DirSyncer();
+  private written = randomInt(256 * BLOBS_PER_SHARD_TURN);
 
   private constructor(readonly root: string) {
     this.tmpDir = join(root, "tmp");
@@ -46,24 +52,45 @@ export class BlobStore {
    * its final name and fsyncs the directory. A body that errors leaves nothing behind.
    */
   async write(body: Readable): Promise<StoredBlob> {
-    const id = randomUUID();
+    // The iteration below starts on a later tick: an error emitted before then must not go
+    // unhandled (the iterator still sees it, from the stream's errored state).
+    body.on("error", noop);
+    const md5 = createHash("md5");
+    const stored = await this.writeChunks(
+      (async function* hashed() {
+        for await (const chunk of body) {
+          const bytes = typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Buffer);
+          md5.update(bytes);
+          yield bytes;
+        }
+      })(),
+    );
+    return { ...stored, md5Hex: md5.digest("hex") };
+  }
+
+  /**
+   * Like write, for a caller that hashes the bytes itself (the fs backend's body intake): the
+   * chunks go to a temp file, which is fsynced, renamed to its final name, and its directory
+   * fsynced (shared with concurrent writes into the same directory).
+   */
+  async writeChunks(source: AsyncIterable<Buffer>): Promise<{ id: string; size: number }> {
+    const id = this.newId();
     const tmp = join(this.tmpDir, id);
     const final = this.pathOf(id);
-    const md5 = createHash("md5");
     let size = 0;
     // flush: the stream fsyncs before it closes, and pipeline resolves only after 'close'.
     const file = createWriteStream(tmp, { flags: "wx", flush: true });
     try {
       await pipeline(
-        body,
-        async function* measure(source: AsyncIterable<Buffer | Uint8Array | string>) {
-          for await (const chunk of source) {
-            const bytes = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
-            md5.update(bytes);
-            size += bytes.length;
-            yield bytes;
-          }
-        },
+        Readable.from(
+          (async function* counted() {
+            for await (const chunk of source) {
+              size += chunk.length;
+              yield chunk;
+            }
+          })(),
+          { objectMode: false },
+        ),
         file,
       );
       await rename(tmp, final);
@@ -75,12 +102,21 @@ export class BlobStore {
       throw e;
     }
     try {
-      await syncDir(dirname(final));
+      await this.dirSyncs.sync(dirname(final));
     } catch (e) {
       await this.remove(id);
       throw e;
     }
-    return { id, size, md5Hex: md5.digest("hex") };
+    return { id, size };
+  }
+
+  /**
+   * A random id whose first two hex digits (its shard) change every BLOBS_PER_SHARD_TURN
+   * writes: writes in flight together land in one directory and share its fsync.
+   */
+  private newId(): string {
+    const shard = Math.floor(this.written++ / BLOBS_PER_SHARD_TURN) % 256;
+    return `${shard.toString(16).padStart(2, "0")}${randomUUID().slice(2)}`;
   }
 
   /** Opens a blob for reading; null when it is gone (unlinked by a concurrent overwrite). */
@@ -123,11 +159,4 @@ export class BlobStore {
   }
 }
 
-async function syncDir(dir: string): Promise<void> {
-  const handle = await open(dir, "r");
-  try {
-    await handle.sync();
-  } finally {
-    await handle.close();
-  }
-}
+const noop = () => undefined;

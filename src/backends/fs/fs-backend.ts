@@ -1,29 +1,31 @@
 import { join } from "node:path";
+import { Readable } from "node:stream";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
-import type { EmbeddedDb } from "../../embedded/db.js";
-import { assertValidBucketName, assertValidObjectKey } from "../key-rules.js";
+import { assertValidBucketName } from "../../core/key-rules.js";
+import { type EmbeddedDb, type EmbeddedDomain, embeddedDomain } from "../../embedded/db.js";
 import { listSorted } from "../list-helper.js";
+import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
-  CommitHooks,
   DeleteObjectInput,
   DeleteObjectResult,
+  FencedCommit,
   GetObjectResult,
   ListInput,
   ListResult,
   ObjectInfo,
-  ObjectMetadata,
   PutObjectInput,
   PutObjectResult,
+  RangeRequest,
   StorageBackend,
-  WriteFence,
+  WriteState,
 } from "../storage-backend.js";
 import { BlobStore } from "./blob-store.js";
-import { FsMetadataStore, type LiveRow } from "./metadata-store.js";
+import { takeBody } from "./body-intake.js";
+import { FsMetadataStore, type LiveRow, type StoredMetadata } from "./metadata-store.js";
 import { FsMultipartMetadata } from "./multipart-metadata.js";
-import { FsMultipartStore } from "./multipart-store.js";
-import { type RangeRequest, resolveRange } from "./range.js";
+import { abandoned, FsMultipartStore } from "./multipart-store.js";
 
 export type FsBackendOptions = {
   /** Blobs live in `<dataDir>/blobs`. */
@@ -35,7 +37,18 @@ export type FsBackendOptions = {
   multipartMaxAgeMs?: number;
   /** How often that sweep runs. Default 10 minutes; 0 runs none (sweepAbandoned() still works). */
   multipartSweepIntervalMs?: number;
+  /** Bodies up to this many bytes are kept in the database row (INLINE_MAX_BYTES by default). */
+  inlineMaxBytes?: number;
 };
+
+/**
+ * Bodies up to this size live in their object's database row: a write is then one durable step
+ * (the transaction that also holds the HCT, the lease check and the audit record) instead of a
+ * file fsync, a rename, a directory fsync and that transaction. Larger bodies are blob files,
+ * whose bytes are written once instead of twice (WAL, then checkpoint). Chosen by measurement:
+ * docs/benchmarks.md.
+ */
+export const INLINE_MAX_BYTES = 64 * 1024;
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 const DEFAULT_MULTIPART_SWEEP_MS = 10 * 60 * 1000;
@@ -51,13 +64,22 @@ export async function createFsBackend(options: FsBackendOptions): Promise<FsBack
   // Part blobs of live uploads are referenced too: an upload survives restarts.
   await blobs.sweep((id) => metadata.isBlobReferenced(id) || uploads.isBlobReferenced(id));
   const clock = options.clock ?? systemClock;
+  const domain = embeddedDomain(options.db);
   let backend: FsBackend | undefined;
   const multipart = new FsMultipartStore(uploads, metadata, blobs, {
     clock,
+    domain,
     maxAgeMs: options.multipartMaxAgeMs ?? DAY_MS,
     assertOpen: () => backend!.assertOpen(),
   });
-  backend = new FsBackend(metadata, blobs, clock, multipart);
+  backend = new FsBackend(
+    metadata,
+    blobs,
+    clock,
+    multipart,
+    domain,
+    options.inlineMaxBytes ?? INLINE_MAX_BYTES,
+  );
   backend.startMultipartSweep(options.multipartSweepIntervalMs ?? DEFAULT_MULTIPART_SWEEP_MS);
   return backend;
 }
@@ -69,8 +91,10 @@ const MAX_READ_ATTEMPTS = 100;
 /**
  * The embedded default backend. Bytes: immutable blob files (BlobStore). Metadata and HCTs:
  * SQLite rows (FsMetadataStore). A write stores its blob first, then commits the row in one
- * synchronous transaction that checks the token and the conditions; the blob it replaced is
- * unlinked afterwards. A refused or failed write removes its own blob and changes no row.
+ * step of the database's domain that applies the HCT rule, the conditions and the commit's
+ * atomic part (the lease check and the audit record, when those share the database); the blob
+ * it replaced is unlinked afterwards. A refused or failed write removes its own blob and
+ * changes no row.
  */
 export class FsBackend implements StorageBackend {
   readonly kind = "fs";
@@ -82,6 +106,8 @@ export class FsBackend implements StorageBackend {
     private readonly blobs: BlobStore,
     private readonly clock: Clock,
     readonly multipart: FsMultipartStore,
+    readonly domain: EmbeddedDomain,
+    private readonly inlineMaxBytes: number = INLINE_MAX_BYTES,
   ) {}
 
   /** Aborts abandoned multipart uploads every `intervalMs` (0: never). */
@@ -114,82 +140,94 @@ export class FsBackend implements StorageBackend {
 
   async deleteBucket(bucket: string): Promise<void> {
     this.assertOpen();
-    this.metadata.deleteBucket(bucket);
+    await this.domain.run(() => this.metadata.deleteBucket(bucket));
   }
 
-  async putObject(input: PutObjectInput, hooks?: CommitHooks): Promise<PutObjectResult> {
+  async writeState(bucket: string, key: string): Promise<WriteState> {
     this.assertOpen();
-    const { bucket, key, fence, conditions } = input;
-    assertValidObjectKey(key);
-    assertValidFence(fence);
-    // Refuse before receiving the body what the commit would refuse anyway. The body is then
-    // left unread; the caller disposes of it. The commit checks again: this is no substitute.
-    this.metadata.checkWrite(bucket, key, fence, conditions);
+    return this.metadata.writeState(bucket, key);
+  }
 
-    // No await before this call: the body must be piped (and its errors listened to) at once.
-    const blob = await this.blobs.write(input.body);
-    const etag = `"${blob.md5Hex}"`;
+  async putObject(input: PutObjectInput, commit: FencedCommit): Promise<PutObjectResult> {
+    this.assertOpen();
+    const { bucket, key, body } = input;
+    // No await before this call: the body must be read (and its errors listened to) at once.
+    const taken = await takeBody(body.stream, this.inlineMaxBytes, this.blobs);
+    const etag = `"${taken.md5Hex}"`;
     const lastModified = this.clock();
     let committed: ReturnType<FsMetadataStore["commitPut"]>;
+    let metadata: StoredMetadata;
     try {
-      await hooks?.beforeCommit?.();
-      // No await between the token check and the row update: both run inside one
-      // synchronous SQLite transaction.
-      committed = this.metadata.commitPut({
-        bucket,
-        key,
-        blob: blob.id,
-        size: blob.size,
-        etag,
-        lastModified,
-        metadata: input.metadata,
-        fence,
-        conditions,
-        inCommit: hooks?.inCommit,
-      });
+      const { checksums } = await body.digest;
+      metadata = { ...input.metadata, ...(Object.keys(checksums).length > 0 ? { checksums } : {}) };
+      await commit.prepare();
+      if (commit.signal.aborted) throw abandoned();
+      committed = await this.domain.run(() =>
+        this.metadata.commitPut({
+          bucket,
+          key,
+          body: taken.inline !== undefined ? { inline: taken.inline } : { blob: taken.blob },
+          size: taken.size,
+          etag,
+          lastModified,
+          metadata,
+          commit,
+        }),
+      );
     } catch (e) {
-      await this.blobs.remove(blob.id);
+      if (taken.blob !== undefined) await this.blobs.remove(taken.blob);
       throw e;
     }
     if (committed.replacedBlob) await this.blobs.remove(committed.replacedBlob);
     return {
       etag,
-      size: blob.size,
+      size: taken.size,
       lastModified: new Date(lastModified),
       highestToken: committed.highestToken,
+      checksums: metadata.checksums ?? {},
     };
   }
 
-  async deleteObject(input: DeleteObjectInput, hooks?: CommitHooks): Promise<DeleteObjectResult> {
+  async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
     this.assertOpen();
-    const { bucket, key, fence } = input;
-    assertValidObjectKey(key);
-    assertValidFence(fence);
-    this.metadata.checkWrite(bucket, key, fence);
-    await hooks?.beforeCommit?.();
-    const committed = this.metadata.commitDelete(bucket, key, fence, this.clock(), hooks?.inCommit);
+    const { bucket, key } = input;
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+    const committed = await this.domain.run(() =>
+      this.metadata.commitDelete(bucket, key, commit, this.clock()),
+    );
     if (committed.replacedBlob) await this.blobs.remove(committed.replacedBlob);
     return { existed: committed.existed, highestToken: committed.highestToken };
   }
 
+  async raiseHighestToken(bucket: string, key: string, token: number): Promise<number> {
+    this.assertOpen();
+    return this.domain.run(() => this.metadata.raiseHighestToken(bucket, key, token, this.clock()));
+  }
+
   async headObject(bucket: string, key: string): Promise<ObjectInfo> {
     this.assertOpen();
-    assertValidObjectKey(key);
     return toObjectInfo(this.metadata.liveRow(bucket, key));
   }
 
   async getObject(bucket: string, key: string, range?: RangeRequest): Promise<GetObjectResult> {
     this.assertOpen();
-    assertValidObjectKey(key);
     for (let attempt = 1; ; attempt++) {
-      const row = this.metadata.liveRow(bucket, key);
+      const row = this.metadata.readRow(bucket, key);
       const served = resolveRange(range, row.size);
+      const info = toObjectInfo(row);
+      if (row.blob === null) {
+        // Inline: the bytes came with the row, in the same read.
+        const data = row.inline_data ?? Buffer.alloc(0);
+        const body = bufferStream(served ? data.subarray(served.start, served.end + 1) : data);
+        return served ? { info, body, range: served } : { info, body };
+      }
       const handle = await this.blobs.openForRead(row.blob);
       if (handle) {
         // The blob is immutable and the open descriptor keeps it readable after an unlink,
         // so the body is exactly the version described by `row`.
         const body = handle.createReadStream(served ? { start: served.start, end: served.end } : {});
-        return served ? { info: toObjectInfo(row), body, range: served } : { info: toObjectInfo(row), body };
+        return served ? { info, body, range: served } : { info, body };
       }
       if (this.metadata.currentBlob(bucket, key) === row.blob || attempt >= MAX_READ_ATTEMPTS) {
         throw new Error(`blob ${row.blob} of ${bucket}/${key} is missing from the data directory`);
@@ -232,14 +270,18 @@ export class FsBackend implements StorageBackend {
   }
 }
 
-function assertValidFence(fence: WriteFence): void {
-  if (fence && !(Number.isSafeInteger(fence.token) && fence.token >= 0)) {
-    throw new DomainError("InvalidArgument", "a fencing token must be a non-negative integer");
-  }
+/** A readable of bytes already in memory (an inline body), in one chunk. */
+function bufferStream(data: Buffer): Readable {
+  return new Readable({
+    read() {
+      this.push(data);
+      this.push(null);
+    },
+  });
 }
 
 function toObjectInfo(row: LiveRow): ObjectInfo {
-  const metadata = JSON.parse(row.metadata) as ObjectMetadata;
+  const metadata = JSON.parse(row.metadata) as StoredMetadata;
   return {
     key: row.key,
     size: row.size,

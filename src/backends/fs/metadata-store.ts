@@ -1,13 +1,14 @@
-import { DomainError, StaleTokenError } from "../../core/errors.js";
+import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
-import { etagListMatches } from "../etag.js";
+import { applyFence, checkWriteConditions } from "../../fence/commit.js";
 import type { SeekFrom } from "../list-helper.js";
-import type { CommitHooks, ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
+import type { Checksums, FencedCommit, ObjectMetadata, WriteState } from "../storage-backend.js";
 
 /**
  * Object and bucket metadata of the fs backend in the shared SQLite database (tables
- * prefixed `fs_`). Every method is synchronous: better-sqlite3 runs a transaction to the end
- * before any other JavaScript runs, so the token check and the commit it guards are one step.
+ * prefixed `fs_`). Every method is synchronous. The commit methods run inside a step of the
+ * database's domain (FsBackend calls them through EmbeddedDomain.run): the HCT rule, the write
+ * conditions, FencedCommit.atomic and the row change are then one transaction.
  *
  * A row outlives its object as a tombstone (deleted = 1) when it carries an HCT, and rows are
  * keyed by bucket name without a foreign key, so an HCT survives deletes, bucket deletion and
@@ -30,8 +31,17 @@ CREATE TABLE IF NOT EXISTS fs_objects (
   metadata TEXT,
   hct INTEGER,
   deleted INTEGER NOT NULL DEFAULT 0,
+  inline_id INTEGER,
   PRIMARY KEY (bucket, key)
 ) WITHOUT ROWID;
+
+-- Bodies of small objects (up to the backend's inline threshold), kept with their row instead of
+-- in a blob file: one durable step per write. A rowid table, so that the bodies' pages do not
+-- widen the fs_objects b-tree; fs_objects.inline_id points here.
+CREATE TABLE IF NOT EXISTS fs_bodies (
+  id INTEGER PRIMARY KEY,
+  data BLOB NOT NULL
+);
 
 -- Listings and the BucketNotEmpty check read live rows only, from this index alone (it covers
 -- the listed columns), however many tombstones a bucket has collected.
@@ -44,6 +54,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS fs_objects_blob ON fs_objects (blob) WHERE blo
 export type ObjectRow = {
   bucket: string;
   key: string;
+  /** The blob file of a large body; null for an inline body (or no object). */
   blob: string | null;
   size: number;
   etag: string | null;
@@ -51,25 +62,33 @@ export type ObjectRow = {
   metadata: string | null;
   hct: number | null;
   deleted: 0 | 1;
+  /** The fs_bodies row of an inline body. */
+  inline_id: number | null;
 };
 
-/** A live object's row. */
-export type LiveRow = ObjectRow & { blob: string; etag: string; last_modified: number; metadata: string };
+/** A live object's row: its body is a blob file or an inline body. */
+export type LiveRow = ObjectRow & { etag: string; last_modified: number; metadata: string };
+
+/** A live object's row with its inline body, if it has one, read in the same statement. */
+export type ReadRow = LiveRow & { inline_data: Buffer | null };
 
 export type ListRow = { key: string; size: number; etag: string; last_modified: number };
+
+/** The stored form of an object's metadata (the `metadata` column, JSON). */
+export type StoredMetadata = ObjectMetadata & { checksums?: Checksums };
+
+/** Where a committed body is: a blob file, or the bytes themselves (stored in fs_bodies). */
+export type BodyRef = { blob: string; inline?: undefined } | { inline: Buffer; blob?: undefined };
 
 export type CommitPutInput = {
   bucket: string;
   key: string;
-  blob: string;
+  body: BodyRef;
   size: number;
   etag: string;
   lastModified: number;
-  metadata: ObjectMetadata;
-  fence: WriteFence;
-  conditions?: WriteConditions;
-  /** Runs inside the transaction after the row update (the audit record joins the commit). */
-  inCommit?: CommitHooks["inCommit"];
+  metadata: StoredMetadata;
+  commit: Pick<FencedCommit, "fence" | "conditions" | "atomic">;
 };
 
 export type CommitResult = {
@@ -79,20 +98,15 @@ export type CommitResult = {
   highestToken: number | null;
 };
 
+/** An object's row joined with its bucket: one read answers NoSuchBucket and the object's state. */
+type StateRow = { bucket_name: string } & Partial<ObjectRow>;
+
 export class FsMetadataStore {
   private readonly stmts;
-  private readonly commitPutTx: (input: CommitPutInput) => CommitResult;
-  private readonly commitDeleteTx: (
-    bucket: string,
-    key: string,
-    fence: WriteFence,
-    now: number,
-    inCommit?: CommitHooks["inCommit"],
-  ) => CommitResult;
-  private readonly deleteBucketTx: (name: string) => void;
 
   constructor(db: EmbeddedDb) {
     db.exec(SCHEMA);
+    migrate(db);
     this.stmts = {
       bucket: db.prepare<[string], { name: string; created_at: number }>(
         "SELECT name, created_at FROM fs_buckets WHERE name = ?",
@@ -106,19 +120,33 @@ export class FsMetadataStore {
         "SELECT 1 AS one FROM fs_objects INDEXED BY fs_objects_live WHERE bucket = ? AND deleted = 0 LIMIT 1",
       ),
       row: db.prepare<[string, string], ObjectRow>("SELECT * FROM fs_objects WHERE bucket = ? AND key = ?"),
+      state: db.prepare<{ bucket: string; key: string }, StateRow>(
+        `SELECT b.name AS bucket_name, o.* FROM fs_buckets b
+         LEFT JOIN fs_objects o ON o.bucket = b.name AND o.key = @key WHERE b.name = @bucket`,
+      ),
+      // The GET read: the row, its bucket and its inline body in one statement.
+      read: db.prepare<{ bucket: string; key: string }, StateRow & { inline_data: Buffer | null }>(
+        `SELECT b.name AS bucket_name, o.*, d.data AS inline_data FROM fs_buckets b
+         LEFT JOIN fs_objects o ON o.bucket = b.name AND o.key = @key
+         LEFT JOIN fs_bodies d ON d.id = o.inline_id
+         WHERE b.name = @bucket`,
+      ),
       upsertLive: db.prepare(
-        `INSERT INTO fs_objects (bucket, key, blob, size, etag, last_modified, metadata, hct, deleted)
-         VALUES (@bucket, @key, @blob, @size, @etag, @lastModified, @metadata, @hct, 0)
-         ON CONFLICT (bucket, key) DO UPDATE SET blob = excluded.blob, size = excluded.size,
-           etag = excluded.etag, last_modified = excluded.last_modified, metadata = excluded.metadata,
-           hct = excluded.hct, deleted = 0`,
+        `INSERT INTO fs_objects (bucket, key, blob, inline_id, size, etag, last_modified, metadata, hct, deleted)
+         VALUES (@bucket, @key, @blob, @inlineId, @size, @etag, @lastModified, @metadata, @hct, 0)
+         ON CONFLICT (bucket, key) DO UPDATE SET blob = excluded.blob, inline_id = excluded.inline_id,
+           size = excluded.size, etag = excluded.etag, last_modified = excluded.last_modified,
+           metadata = excluded.metadata, hct = excluded.hct, deleted = 0`,
       ),
       upsertTombstone: db.prepare(
-        `INSERT INTO fs_objects (bucket, key, blob, size, etag, last_modified, metadata, hct, deleted)
-         VALUES (@bucket, @key, NULL, 0, NULL, @lastModified, NULL, @hct, 1)
-         ON CONFLICT (bucket, key) DO UPDATE SET blob = NULL, size = 0, etag = NULL,
+        `INSERT INTO fs_objects (bucket, key, blob, inline_id, size, etag, last_modified, metadata, hct, deleted)
+         VALUES (@bucket, @key, NULL, NULL, 0, NULL, @lastModified, NULL, @hct, 1)
+         ON CONFLICT (bucket, key) DO UPDATE SET blob = NULL, inline_id = NULL, size = 0, etag = NULL,
            last_modified = excluded.last_modified, metadata = NULL, hct = excluded.hct, deleted = 1`,
       ),
+      insertBody: db.prepare<[Buffer]>("INSERT INTO fs_bodies (data) VALUES (?)"),
+      deleteBody: db.prepare<[number]>("DELETE FROM fs_bodies WHERE id = ?"),
+      raiseHct: db.prepare("UPDATE fs_objects SET hct = @hct WHERE bucket = @bucket AND key = @key"),
       deleteRow: db.prepare("DELETE FROM fs_objects WHERE bucket = ? AND key = ?"),
       blobReferenced: db.prepare<[string], { one: number }>("SELECT 1 AS one FROM fs_objects WHERE blob = ?"),
       listFrom: db.prepare<[string, string], ListRow>(
@@ -130,48 +158,6 @@ export class FsMetadataStore {
          WHERE bucket = ? AND deleted = 0 AND key > ? ORDER BY key`,
       ),
     };
-
-    this.commitPutTx = db.transaction((input: CommitPutInput): CommitResult => {
-      const row = this.checkWrite(input.bucket, input.key, input.fence, input.conditions);
-      const highestToken = nextHighestToken(row, input.fence);
-      this.stmts.upsertLive.run({
-        bucket: input.bucket,
-        key: input.key,
-        blob: input.blob,
-        size: input.size,
-        etag: input.etag,
-        lastModified: input.lastModified,
-        metadata: JSON.stringify(input.metadata),
-        hct: highestToken,
-      });
-      input.inCommit?.({ highestToken });
-      return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
-    });
-
-    this.commitDeleteTx = db.transaction(
-      (bucket: string, key: string, fence: WriteFence, now: number, inCommit?: CommitHooks["inCommit"]) => {
-        const row = this.checkWrite(bucket, key, fence);
-        const highestToken = nextHighestToken(row, fence);
-        if (highestToken !== null) {
-          // A fenced delete records its token even when there was nothing to delete.
-          this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: highestToken });
-        } else if (row) {
-          this.stmts.deleteRow.run(bucket, key);
-        }
-        inCommit?.({ highestToken });
-        return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
-      },
-    );
-
-    this.deleteBucketTx = db.transaction((name: string) => {
-      this.requireBucket(name);
-      if (this.stmts.anyLive.get(name)) {
-        throw new DomainError("BucketNotEmpty", "the bucket you tried to delete is not empty", {
-          bucket: name,
-        });
-      }
-      this.stmts.deleteBucket.run(name);
-    });
   }
 
   bucket(name: string): { name: string; creationDate: Date } | null {
@@ -181,8 +167,7 @@ export class FsMetadataStore {
 
   requireBucket(name: string): { name: string; creationDate: Date } {
     const bucket = this.bucket(name);
-    if (!bucket)
-      throw new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket: name });
+    if (!bucket) throw noSuchBucket(name);
     return bucket;
   }
 
@@ -197,18 +182,30 @@ export class FsMetadataStore {
     return this.stmts.insertBucket.run(name, now).changes === 1;
   }
 
+  /** In a step: NoSuchBucket, BucketNotEmpty (tombstones do not count). */
   deleteBucket(name: string): void {
-    this.deleteBucketTx(name);
+    this.requireBucket(name);
+    if (this.stmts.anyLive.get(name)) {
+      throw new DomainError("BucketNotEmpty", "the bucket you tried to delete is not empty", {
+        bucket: name,
+      });
+    }
+    this.stmts.deleteBucket.run(name);
   }
 
   /** The row of a live object; NoSuchBucket / NoSuchKey otherwise. */
   liveRow(bucket: string, key: string): LiveRow {
-    this.requireBucket(bucket);
-    const row = this.stmts.row.get(bucket, key);
-    if (!row || row.deleted) {
-      throw new DomainError("NoSuchKey", "the specified key does not exist", { bucket, key });
-    }
+    const row = this.current(bucket, key);
+    if (!isLive(row)) throw noSuchKey(bucket, key);
     return row as LiveRow;
+  }
+
+  /** A live object's row with its inline body (null for a blob file), in one read. */
+  readRow(bucket: string, key: string): ReadRow {
+    const row = this.stmts.read.get({ bucket, key });
+    if (!row) throw noSuchBucket(bucket);
+    if (row.key === null || row.key === undefined || row.deleted !== 0) throw noSuchKey(bucket, key);
+    return row as ReadRow;
   }
 
   /** The blob a live object currently points at, or null. */
@@ -220,54 +217,95 @@ export class FsMetadataStore {
     return this.stmts.row.get(bucket, key)?.hct ?? null;
   }
 
+  /** The object's HCT and live ETag, with its bucket, in one read. NoSuchBucket. */
+  writeState(bucket: string, key: string): WriteState {
+    const row = this.current(bucket, key);
+    return { highestToken: row?.hct ?? null, etag: isLive(row) ? row.etag : null };
+  }
+
   /**
-   * Throws what the commit of this write would throw (NoSuchBucket, StaleTokenError,
-   * PreconditionFailed) and returns the current row. Used inside the commit transaction, and
-   * before a body is received so that a doomed write is refused early.
+   * In a step: the object's current row (undefined when there is none) after one read that also
+   * checks the bucket exists (NoSuchBucket), so that a bucket deleted since the write began is
+   * never written into.
    */
-  checkWrite(
+  current(bucket: string, key: string): ObjectRow | undefined {
+    const row = this.stmts.state.get({ bucket, key });
+    if (!row) throw noSuchBucket(bucket);
+    return row.key === null || row.key === undefined ? undefined : (row as ObjectRow);
+  }
+
+  /**
+   * In a step: the HCT rule and the write conditions against the current row, then the commit's
+   * atomic part, then nothing else. Returns the row and the HCT the write leaves.
+   */
+  checkCommit(
     bucket: string,
     key: string,
-    fence: WriteFence,
-    conditions?: WriteConditions,
-  ): ObjectRow | undefined {
-    this.requireBucket(bucket);
-    const row = this.stmts.row.get(bucket, key);
-    if (fence && row?.hct != null && fence.token < row.hct) throw new StaleTokenError(fence.token, row.hct);
-    const live = isLive(row) ? row : undefined;
-    if (conditions?.ifMatch !== undefined && !(live && etagListMatches(conditions.ifMatch, live.etag))) {
-      throw new DomainError(
-        "PreconditionFailed",
-        "At least one of the pre-conditions you specified did not hold",
-        {
-          condition: "If-Match",
-        },
-      );
-    }
-    if (conditions?.ifNoneMatch !== undefined && live && etagListMatches(conditions.ifNoneMatch, live.etag)) {
-      throw new DomainError(
-        "PreconditionFailed",
-        "At least one of the pre-conditions you specified did not hold",
-        {
-          condition: "If-None-Match",
-        },
-      );
-    }
-    return row;
+    commit: Pick<FencedCommit, "fence" | "conditions" | "atomic">,
+    { raises }: { raises: boolean },
+  ): { row: ObjectRow | undefined; highestToken: number | null } {
+    const row = this.current(bucket, key);
+    const current = row?.hct ?? null;
+    const next = applyFence(commit.fence, current);
+    checkWriteConditions(commit.conditions, isLive(row) ? row.etag : null);
+    const highestToken = raises ? next : current;
+    commit.atomic({ highestToken });
+    return { row, highestToken };
   }
 
+  /** In a step: the atomic end of a PutObject (or completion, copy). */
   commitPut(input: CommitPutInput): CommitResult {
-    return this.commitPutTx(input);
+    const { row, highestToken } = this.checkCommit(input.bucket, input.key, input.commit, { raises: true });
+    const inlineId =
+      input.body.inline === undefined
+        ? null
+        : Number(this.stmts.insertBody.run(input.body.inline).lastInsertRowid);
+    this.dropInlineBody(row);
+    this.stmts.upsertLive.run({
+      bucket: input.bucket,
+      key: input.key,
+      blob: input.body.blob ?? null,
+      inlineId,
+      size: input.size,
+      etag: input.etag,
+      lastModified: input.lastModified,
+      metadata: JSON.stringify(input.metadata),
+      hct: highestToken,
+    });
+    return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
   }
 
+  /** In a step: the atomic end of a DeleteObject. */
   commitDelete(
     bucket: string,
     key: string,
-    fence: WriteFence,
+    commit: Pick<FencedCommit, "fence" | "conditions" | "atomic">,
     now: number,
-    inCommit?: CommitHooks["inCommit"],
   ): CommitResult {
-    return this.commitDeleteTx(bucket, key, fence, now, inCommit);
+    const { row, highestToken } = this.checkCommit(bucket, key, commit, { raises: true });
+    this.dropInlineBody(row);
+    if (highestToken !== null) {
+      // The HCT outlives the object: a tombstone, even when there was nothing to delete.
+      this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: highestToken });
+    } else if (row) {
+      this.stmts.deleteRow.run(bucket, key);
+    }
+    return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
+  }
+
+  /** In a step: HCT := max(HCT, token), keeping the object as it is; a tombstone when there is none. */
+  raiseHighestToken(bucket: string, key: string, token: number, now: number): number {
+    const row = this.stmts.row.get(bucket, key);
+    const current = row?.hct ?? null;
+    if (current !== null && current >= token) return current;
+    if (row) this.stmts.raiseHct.run({ bucket, key, hct: token });
+    else this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: token });
+    return token;
+  }
+
+  /** In a step, before a row stops pointing at its inline body: the body goes with it. */
+  private dropInlineBody(row: ObjectRow | undefined): void {
+    if (row?.inline_id !== null && row?.inline_id !== undefined) this.stmts.deleteBody.run(row.inline_id);
   }
 
   isBlobReferenced(id: string): boolean {
@@ -280,13 +318,22 @@ export class FsMetadataStore {
   }
 }
 
+const noSuchKey = (bucket: string, key: string) =>
+  new DomainError("NoSuchKey", "the specified key does not exist", { bucket, key });
+
+/**
+ * Data directories written before inline bodies existed: their fs_objects has no inline_id
+ * column yet. Adding it keeps every row (all of them blob files) as it is.
+ */
+function migrate(db: EmbeddedDb): void {
+  const columns = db.prepare<[], { name: string }>("PRAGMA table_info(fs_objects)").all();
+  if (!columns.some((c) => c.name === "inline_id"))
+    db.exec("ALTER TABLE fs_objects ADD COLUMN inline_id INTEGER");
+}
+
+const noSuchBucket = (bucket: string) =>
+  new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket });
+
 const isLive = (row: ObjectRow | undefined): row is ObjectRow => row !== undefined && row.deleted === 0;
 
 const liveBlob = (row: ObjectRow | undefined): string | null => (isLive(row) ? row.blob : null);
-
-/** HCT := max(HCT, token) for a fenced write; an unfenced write leaves it as it is. */
-function nextHighestToken(row: ObjectRow | undefined, fence: WriteFence): number | null {
-  const current = row?.hct ?? null;
-  if (!fence) return current;
-  return current === null ? fence.token : Math.max(current, fence.token);
-}

@@ -1,21 +1,21 @@
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
 import type { SeekFrom } from "../list-helper.js";
-import {
-  assertUploadFence,
-  type CreateUploadInput,
-  type MultipartUpload,
-  type UploadRef,
-} from "../multipart.js";
-import type { CommitHooks, ObjectMetadata, WriteConditions, WriteFence } from "../storage-backend.js";
-import type { CommitResult, FsMetadataStore } from "./metadata-store.js";
+import type {
+  CreateUploadInput,
+  FencedCommit,
+  MultipartUpload,
+  ObjectMetadata,
+  UploadRef,
+} from "../storage-backend.js";
+import type { CommitResult, FsMetadataStore, StoredMetadata } from "./metadata-store.js";
 
 /**
  * Multipart upload and part rows of the fs backend (tables `fs_uploads`, `fs_parts`) in the
- * shared SQLite database. Like FsMetadataStore, every method is synchronous, so each check
- * and the change it guards are one step; the completion's transaction wraps the object
- * commit of FsMetadataStore (a nested transaction, i.e. a savepoint) so that the HCT check,
- * the object row and the removal of the upload commit together or not at all.
+ * shared SQLite database. Like FsMetadataStore, every method is synchronous, and the ones that
+ * change rows run inside a step of the database's domain: each check and the change it guards
+ * are one transaction, and a completion's HCT check, object row and removal of the upload
+ * commit together or not at all.
  */
 
 const SCHEMA = `
@@ -70,40 +70,32 @@ export type PartRow = {
 
 export type NewUpload = CreateUploadInput & { uploadId: string; initiated: number };
 
+type StepCommit = Pick<FencedCommit, "fence" | "conditions" | "atomic">;
+
 export type NewPart = {
   ref: UploadRef;
-  fence: WriteFence;
   partNumber: number;
   blob: string;
   size: number;
   md5: string;
   lastModified: number;
+  commit: StepCommit;
 };
 
 export type CompleteCommit = {
   ref: UploadRef;
-  fence: WriteFence;
   /** The part blobs the object was assembled from; none may have changed since. */
   used: ReadonlyArray<{ partNumber: number; blob: string }>;
   blob: string;
   size: number;
   etag: string;
   lastModified: number;
-  metadata: ObjectMetadata;
-  conditions?: WriteConditions;
-  inCommit?: CommitHooks["inCommit"];
+  metadata: StoredMetadata;
+  commit: StepCommit;
 };
 
 export class FsMultipartMetadata {
   private readonly stmts;
-  private readonly insertUploadTx: (upload: NewUpload) => number | null;
-  private readonly recordPartTx: (part: NewPart) => {
-    replacedBlob: string | null;
-    highestToken: number | null;
-  };
-  private readonly completeTx: (input: CompleteCommit) => CommitResult & { partBlobs: string[] };
-  private readonly removeTx: (ref: UploadRef) => string[];
-  private readonly removeByIdTx: (uploadId: string) => string[];
 
   constructor(
     db: EmbeddedDb,
@@ -145,77 +137,25 @@ export class FsMultipartMetadata {
         "SELECT upload_id FROM fs_uploads WHERE initiated < ? ORDER BY initiated LIMIT ?",
       ),
     };
-
-    this.insertUploadTx = db.transaction((upload: NewUpload) => {
-      // Creating an upload changes nothing visible, so it checks the HCT without raising it.
-      const row = this.objects.checkWrite(upload.bucket, upload.key, upload.fence);
-      this.stmts.insertUpload.run({
-        uploadId: upload.uploadId,
-        bucket: upload.bucket,
-        key: upload.key,
-        metadata: JSON.stringify(upload.metadata),
-        token: upload.fence?.token ?? null,
-        leaseId: upload.leaseId,
-        initiator: upload.initiator,
-        initiated: upload.initiated,
-      });
-      return row?.hct ?? null;
-    });
-
-    this.recordPartTx = db.transaction((part: NewPart) => {
-      const upload = this.requireUpload(part.ref);
-      assertUploadFence(toUpload(upload), part.fence);
-      const replaced = this.stmts.part.get(upload.upload_id, part.partNumber);
-      this.stmts.upsertPart.run({
-        uploadId: upload.upload_id,
-        partNumber: part.partNumber,
-        blob: part.blob,
-        size: part.size,
-        md5: part.md5,
-        lastModified: part.lastModified,
-      });
-      return {
-        replacedBlob: replaced?.blob ?? null,
-        highestToken: this.objects.highestToken(upload.bucket, upload.key),
-      };
-    });
-
-    this.completeTx = db.transaction((input: CompleteCommit) => {
-      const upload = this.requireUpload(input.ref);
-      assertUploadFence(toUpload(upload), input.fence);
-      for (const used of input.used) {
-        if (this.stmts.part.get(upload.upload_id, used.partNumber)?.blob !== used.blob) {
-          throw new DomainError(
-            "InvalidPart",
-            `part ${used.partNumber} was replaced while the upload was being completed`,
-            { partNumber: used.partNumber },
-          );
-        }
-      }
-      const committed = this.objects.commitPut({
-        bucket: upload.bucket,
-        key: upload.key,
-        blob: input.blob,
-        size: input.size,
-        etag: input.etag,
-        lastModified: input.lastModified,
-        metadata: input.metadata,
-        fence: input.fence,
-        ...(input.conditions ? { conditions: input.conditions } : {}),
-        inCommit: input.inCommit,
-      });
-      return { ...committed, partBlobs: this.removeRows(upload.upload_id) };
-    });
-
-    this.removeTx = db.transaction((ref: UploadRef) => this.removeRows(this.requireUpload(ref).upload_id));
-    this.removeByIdTx = db.transaction((uploadId: string) =>
-      this.stmts.upload.get(uploadId) ? this.removeRows(uploadId) : [],
-    );
   }
 
-  /** Returns the object's HCT (unchanged). NoSuchBucket, StaleTokenError. */
-  insertUpload(upload: NewUpload): number | null {
-    return this.insertUploadTx(upload);
+  /**
+   * In a step: records a new upload. Creating an upload changes nothing visible, so the HCT rule
+   * is checked but the HCT not raised. Returns the object's HCT. NoSuchBucket, StaleFencingToken.
+   */
+  insertUpload(upload: NewUpload, commit: StepCommit): number | null {
+    const { highestToken } = this.objects.checkCommit(upload.bucket, upload.key, commit, { raises: false });
+    this.stmts.insertUpload.run({
+      uploadId: upload.uploadId,
+      bucket: upload.bucket,
+      key: upload.key,
+      metadata: JSON.stringify(upload.metadata),
+      token: upload.token,
+      leaseId: upload.leaseId,
+      initiator: upload.initiator,
+      initiated: upload.initiated,
+    });
+    return highestToken;
   }
 
   /** The upload's row; NoSuchUpload when it is unknown or addressed with another bucket or key. */
@@ -231,9 +171,25 @@ export class FsMultipartMetadata {
     return row;
   }
 
-  /** Records a part; returns the blob of the part it replaced (the caller unlinks it). */
+  /**
+   * In a step: records a part (the upload must still exist; the HCT rule is checked, the HCT not
+   * raised). Returns the blob of the part it replaced (the caller unlinks it).
+   */
   recordPart(part: NewPart): { replacedBlob: string | null; highestToken: number | null } {
-    return this.recordPartTx(part);
+    const upload = this.requireUpload(part.ref);
+    const { highestToken } = this.objects.checkCommit(upload.bucket, upload.key, part.commit, {
+      raises: false,
+    });
+    const replaced = this.stmts.part.get(upload.upload_id, part.partNumber);
+    this.stmts.upsertPart.run({
+      uploadId: upload.upload_id,
+      partNumber: part.partNumber,
+      blob: part.blob,
+      size: part.size,
+      md5: part.md5,
+      lastModified: part.lastModified,
+    });
+    return { replacedBlob: replaced?.blob ?? null, highestToken };
   }
 
   parts(uploadId: string): PartRow[] {
@@ -250,17 +206,37 @@ export class FsMultipartMetadata {
    * at the assembled blob, and the upload is gone. Returns the part blobs to unlink.
    */
   commitComplete(input: CompleteCommit): CommitResult & { partBlobs: string[] } {
-    return this.completeTx(input);
+    const upload = this.requireUpload(input.ref);
+    for (const used of input.used) {
+      if (this.stmts.part.get(upload.upload_id, used.partNumber)?.blob !== used.blob) {
+        throw new DomainError(
+          "InvalidPart",
+          `part ${used.partNumber} was replaced while the upload was being completed`,
+          { partNumber: used.partNumber },
+        );
+      }
+    }
+    const committed = this.objects.commitPut({
+      bucket: upload.bucket,
+      key: upload.key,
+      body: { blob: input.blob },
+      size: input.size,
+      etag: input.etag,
+      lastModified: input.lastModified,
+      metadata: input.metadata,
+      commit: input.commit,
+    });
+    return { ...committed, partBlobs: this.removeRows(upload.upload_id) };
   }
 
-  /** Removes an upload and its part rows; returns the part blobs to unlink. NoSuchUpload. */
+  /** In a step: removes an upload and its part rows; returns the part blobs to unlink. NoSuchUpload. */
   remove(ref: UploadRef): string[] {
-    return this.removeTx(ref);
+    return this.removeRows(this.requireUpload(ref).upload_id);
   }
 
-  /** Like remove, for the age sweep: an upload that is already gone removes nothing. */
+  /** In a step: like remove, for the age sweep: an upload that is already gone removes nothing. */
   removeById(uploadId: string): string[] {
-    return this.removeByIdTx(uploadId);
+    return this.stmts.upload.get(uploadId) ? this.removeRows(uploadId) : [];
   }
 
   initiatedBefore(time: number, limit: number): string[] {

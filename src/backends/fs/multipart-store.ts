@@ -2,16 +2,14 @@ import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
-import { assertValidObjectKey } from "../key-rules.js";
+import type { EmbeddedDomain } from "../../embedded/db.js";
 import { listSorted } from "../list-helper.js";
+import { assertPartNumber, assertPartOrder, bareEtag, multipartEtag } from "../multipart.js";
 import {
-  assertPartNumber,
-  assertPartOrder,
-  assertUploadFence,
-  bareEtag,
   type CompleteUploadInput,
   type CreateUploadInput,
   type CreateUploadResult,
+  type FencedCommit,
   type ListPartsInput,
   type ListPartsResult,
   type ListUploadsInput,
@@ -19,19 +17,19 @@ import {
   MIN_PART_SIZE,
   type MultipartStore,
   type MultipartUpload,
-  multipartEtag,
   type PartInfo,
+  type PutObjectResult,
   type UploadPartInput,
   type UploadPartResult,
   type UploadRef,
-} from "../multipart.js";
-import type { CommitHooks, PutObjectResult } from "../storage-backend.js";
+} from "../storage-backend.js";
 import type { BlobStore } from "./blob-store.js";
 import type { FsMetadataStore } from "./metadata-store.js";
 import { type FsMultipartMetadata, type PartRow, toUpload } from "./multipart-metadata.js";
 
 export type FsMultipartOptions = {
   clock: Clock;
+  domain: EmbeddedDomain;
   /** Uploads initiated longer ago than this are aborted by sweepAbandoned(). */
   maxAgeMs: number;
   /** Refuses calls once the backend is closed. */
@@ -44,8 +42,8 @@ const SWEEP_BATCH = 100;
  * Multipart uploads of the fs backend. Parts are blobs like objects' (written to
  * `blobs/tmp`, fsynced, renamed into a shard) referenced by `fs_parts` rows; completion
  * concatenates the listed part blobs into a new blob, fsyncs it, and only then commits the
- * object row in one synchronous transaction that checks the HCT, the conditions, and that
- * the upload and its parts are still what was assembled. Part blobs are unlinked after the
+ * object row in one step of the database's domain that checks the HCT, the conditions, and
+ * that the upload and its parts are still what was assembled. Part blobs are unlinked after the
  * upload's rows are gone; a crash in between leaves orphans that the startup sweep removes.
  */
 export class FsMultipartStore implements MultipartStore {
@@ -56,14 +54,14 @@ export class FsMultipartStore implements MultipartStore {
     private readonly opts: FsMultipartOptions,
   ) {}
 
-  async createUpload(input: CreateUploadInput, hooks?: CommitHooks): Promise<CreateUploadResult> {
+  async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
     this.opts.assertOpen();
-    assertValidObjectKey(input.key);
-    this.objects.checkWrite(input.bucket, input.key, input.fence);
-    await hooks?.beforeCommit?.();
+    await commit.prepare();
     const initiated = this.opts.clock();
     const uploadId = newUploadId(initiated);
-    const highestToken = this.rows.insertUpload({ ...input, uploadId, initiated });
+    const highestToken = await this.opts.domain.run(() =>
+      this.rows.insertUpload({ ...input, uploadId, initiated }, commit),
+    );
     return { uploadId, highestToken };
   }
 
@@ -72,27 +70,31 @@ export class FsMultipartStore implements MultipartStore {
     return toUpload(this.rows.requireUpload(ref));
   }
 
-  async uploadPart(input: UploadPartInput, hooks?: CommitHooks): Promise<UploadPartResult> {
+  async uploadPart(input: UploadPartInput, commit: FencedCommit): Promise<UploadPartResult> {
     this.opts.assertOpen();
     assertPartNumber(input.partNumber);
     // Refuse before receiving the body what recording the part would refuse anyway.
-    assertUploadFence(toUpload(this.rows.requireUpload(input)), input.fence);
+    this.rows.requireUpload(input);
 
     // No await before this call: the body must be piped (and its errors listened to) at once.
-    const blob = await this.blobs.write(input.body);
+    const blob = await this.blobs.write(input.body.stream);
     const lastModified = this.opts.clock();
     let recorded: ReturnType<FsMultipartMetadata["recordPart"]>;
     try {
-      await hooks?.beforeCommit?.();
-      recorded = this.rows.recordPart({
-        ref: input,
-        fence: input.fence,
-        partNumber: input.partNumber,
-        blob: blob.id,
-        size: blob.size,
-        md5: blob.md5Hex,
-        lastModified,
-      });
+      await input.body.digest;
+      await commit.prepare();
+      if (commit.signal.aborted) throw abandoned();
+      recorded = await this.opts.domain.run(() =>
+        this.rows.recordPart({
+          ref: input,
+          partNumber: input.partNumber,
+          blob: blob.id,
+          size: blob.size,
+          md5: blob.md5Hex,
+          lastModified,
+          commit,
+        }),
+      );
     } catch (e) {
       await this.blobs.remove(blob.id);
       throw e;
@@ -106,14 +108,11 @@ export class FsMultipartStore implements MultipartStore {
     };
   }
 
-  async completeUpload(input: CompleteUploadInput, hooks?: CommitHooks): Promise<PutObjectResult> {
+  async completeUpload(input: CompleteUploadInput, commit: FencedCommit): Promise<PutObjectResult> {
     this.opts.assertOpen();
     assertPartOrder(input.parts);
     const upload = toUpload(this.rows.requireUpload(input));
-    assertUploadFence(upload, input.fence);
     const used = this.selectParts(upload.uploadId, input.parts);
-    // A doomed completion is refused before the (possibly long) assembly; the commit checks again.
-    this.objects.checkWrite(input.bucket, input.key, input.fence, input.conditions);
 
     const expectedSize = used.reduce((sum, part) => sum + part.size, 0);
     const blob = await this.blobs.write(Readable.from(this.concatenate(input, used)));
@@ -126,20 +125,20 @@ export class FsMultipartStore implements MultipartStore {
           `assembled ${blob.size} bytes for upload ${upload.uploadId}, expected ${expectedSize}`,
         );
       }
-      await hooks?.beforeCommit?.();
-      // No await between the token check and the row updates: one synchronous transaction.
-      committed = this.rows.commitComplete({
-        ref: input,
-        fence: input.fence,
-        used: used.map((part) => ({ partNumber: part.part_number, blob: part.blob })),
-        blob: blob.id,
-        size: blob.size,
-        etag,
-        lastModified,
-        metadata: upload.metadata,
-        ...(input.conditions ? { conditions: input.conditions } : {}),
-        inCommit: hooks?.inCommit,
-      });
+      await commit.prepare();
+      if (commit.signal.aborted) throw abandoned();
+      committed = await this.opts.domain.run(() =>
+        this.rows.commitComplete({
+          ref: input,
+          used: used.map((part) => ({ partNumber: part.part_number, blob: part.blob })),
+          blob: blob.id,
+          size: blob.size,
+          etag,
+          lastModified,
+          metadata: upload.metadata,
+          commit,
+        }),
+      );
     } catch (e) {
       await this.blobs.remove(blob.id);
       throw e;
@@ -151,12 +150,13 @@ export class FsMultipartStore implements MultipartStore {
       size: blob.size,
       lastModified: new Date(lastModified),
       highestToken: committed.highestToken,
+      checksums: {},
     };
   }
 
   async abortUpload(ref: UploadRef): Promise<void> {
     this.opts.assertOpen();
-    const blobs = this.rows.remove(ref);
+    const blobs = await this.opts.domain.run(() => this.rows.remove(ref));
     await Promise.all(blobs.map((id) => this.blobs.remove(id)));
   }
 
@@ -219,7 +219,7 @@ export class FsMultipartStore implements MultipartStore {
     for (;;) {
       const ids = this.rows.initiatedBefore(cutoff, SWEEP_BATCH);
       for (const id of ids) {
-        const blobs = this.rows.removeById(id);
+        const blobs = await this.opts.domain.run(() => this.rows.removeById(id));
         await Promise.all(blobs.map((blob) => this.blobs.remove(blob)));
         removed++;
       }
@@ -281,6 +281,11 @@ export class FsMultipartStore implements MultipartStore {
       }
     }
   }
+}
+
+/** The client went away before the commit: nothing is committed. */
+export function abandoned(): DomainError {
+  return new DomainError("IncompleteBody", "the request was abandoned before it committed");
 }
 
 /** Starts with the initiation time, so that ordering by id within a key is ordering by initiation. */

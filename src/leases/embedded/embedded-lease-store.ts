@@ -2,18 +2,22 @@ import { randomBytes } from "node:crypto";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { prefixUpperBound } from "../../core/prefix-range.js";
-import type { EmbeddedDb } from "../../embedded/db.js";
-import { overlaps, resourceOf } from "../lease-rules.js";
+import { type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
+import { judgeIntent, newLeaseId, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
+  CommitIntentRef,
+  IntentInput,
   LeaseEventHook,
+  LeaseReads,
   LeaseRecord,
   LeaseResource,
   LeaseStore,
 } from "../lease-store.js";
+import { createOverlapQueries } from "./overlap-queries.js";
 import { createRetentionSweep } from "./retention.js";
-import { ACTIVE_SQL, isActiveRow, LEASE_COLUMNS, type LeaseRow, rowResource, toLeaseRecord } from "./rows.js";
+import { ACTIVE_SQL, isActiveRow, LEASE_COLUMNS, type LeaseRow, toLeaseRecord } from "./rows.js";
 import { migrateLeaseTables } from "./schema.js";
 
 export type EmbeddedLeaseStoreOptions = {
@@ -34,9 +38,11 @@ export type EmbeddedLeaseStore = LeaseStore & {
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 /**
- * The lease store kept in the gateway's own SQLite file. Every operation is one synchronous
- * better-sqlite3 transaction, so operations are serialized without locks of our own, and the db
- * is the only state (no cache that could disagree with it after a crash).
+ * The lease store kept in the gateway's own SQLite file. Every change is one step of the
+ * database's domain (one transaction), so operations are serialized without locks of our own,
+ * and the db is the only state (no cache that could disagree with it after a crash). Its
+ * synchronous reads (`inDomain`) let the fs backend check a write's lease inside the write's own
+ * transaction.
  */
 export function createEmbeddedLeaseStore({
   db,
@@ -45,6 +51,7 @@ export function createEmbeddedLeaseStore({
   sweepEveryMs = 60_000,
 }: EmbeddedLeaseStoreOptions): EmbeddedLeaseStore {
   migrateLeaseTables(db);
+  const domain = embeddedDomain(db);
 
   const nextToken = db.prepare<[], { value: number }>(
     "UPDATE lease_counter SET value = value + 1 WHERE id = 1 RETURNING value",
@@ -73,96 +80,96 @@ export function createEmbeddedLeaseStore({
      RETURNING ${LEASE_COLUMNS}`,
   );
   const selectOne = db.prepare("SELECT 1");
+  const lastToken = db.prepare<[], { value: number }>("SELECT value FROM lease_counter WHERE id = 1");
+  const insertIntent = db.prepare(
+    `INSERT INTO lease_intents (intent_id, lease_id, token, bucket, key, created_at)
+     VALUES (@intentId, @leaseId, @token, @bucket, @key, @createdAt)`,
+  );
+  const deleteIntent = db.prepare("DELETE FROM lease_intents WHERE intent_id = ?");
+  const intentsOfKey = db.prepare<{ bucket: string; key: string }, IntentRow>(
+    "SELECT intent_id, bucket, key FROM lease_intents WHERE bucket = @bucket AND key = @key",
+  );
+  const intentsFrom = db.prepare<{ bucket: string; lower: string }, IntentRow>(
+    "SELECT intent_id, bucket, key FROM lease_intents WHERE bucket = @bucket AND key >= @lower",
+  );
+  const intentsIn = db.prepare<{ bucket: string; lower: string; upper: string }, IntentRow>(
+    "SELECT intent_id, bucket, key FROM lease_intents WHERE bucket = @bucket AND key >= @lower AND key < @upper",
+  );
 
-  // Overlap lookups, in two halves: key leases through the key index (exact key, or the key
-  // range under a prefix), and the bucket's prefix leases, checked with overlaps(). The SQL only
-  // narrows the candidates; overlaps() decides, so the rule lives in one place.
-  const statements = new Map<string, ReturnType<EmbeddedDb["prepare"]>>();
-  const prepared = (sql: string) => {
-    let stmt = statements.get(sql);
-    if (!stmt) {
-      stmt = db.prepare(sql);
-      statements.set(sql, stmt);
+  /** Intents on objects the resource covers: commits of ended leases that may still land. */
+  function intentsUnder(resource: LeaseResource): CommitIntentRef[] {
+    let rows: IntentRow[];
+    if (resource.key !== undefined) rows = intentsOfKey.all({ bucket: resource.bucket, key: resource.key });
+    else {
+      const upper = prefixUpperBound(resource.prefix);
+      rows =
+        upper === null
+          ? intentsFrom.all({ bucket: resource.bucket, lower: resource.prefix })
+          : intentsIn.all({ bucket: resource.bucket, lower: resource.prefix, upper });
     }
-    return stmt;
-  };
-
-  /** Remembered leases overlapping `resource` that satisfy `where` (binding @now/@token). */
-  function overlapping(resource: LeaseResource, where: string, params: { now?: number; token?: number }) {
-    const keyPart =
-      resource.key !== undefined
-        ? { sql: "key = @key", params: { key: resource.key } }
-        : keyRange(resource.prefix);
-    const keyRows = prepared(
-      `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE bucket = @bucket AND key IS NOT NULL AND ${keyPart.sql} AND ${where}`,
-    ).all({ bucket: resource.bucket, ...keyPart.params, ...params }) as LeaseRow[];
-    const prefixRows = prepared(
-      `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE bucket = @bucket AND prefix IS NOT NULL AND ${where}`,
-    ).all({ bucket: resource.bucket, ...params }) as LeaseRow[];
-    return [...keyRows, ...prefixRows]
-      .filter((row) => overlaps(rowResource(row), resource))
-      .sort((a, b) => a.token - b.token);
+    return rows.map((r) => ({ intentId: r.intent_id, bucket: r.bucket, key: r.key }));
   }
+
+  const firstOverlapping = createOverlapQueries(db);
 
   function findActiveOverlapping(resource: LeaseResource, now: number): LeaseRow | undefined {
-    return overlapping(resource, ACTIVE_SQL, { now })[0];
+    return firstOverlapping(resource, { kind: "active", now });
   }
 
-  const acquire = db.transaction(
-    (input: AcquireInput, now: number, inCommit?: LeaseEventHook): AcquireResult => {
-      const held = findActiveOverlapping(input.resource, now);
-      if (held) return { granted: false, heldBy: toLeaseRecord(held) };
-      const { value: token } = nextToken.get()!;
-      const lease: LeaseRecord = {
-        leaseId: randomBytes(16).toString("base64url"),
-        ...resourceOf(input.resource),
-        owner: input.owner,
-        token,
-        ttlMs: input.ttlMs,
-        acquiredAt: now,
-        expiresAt: now + input.ttlMs,
-      };
-      insertLease.run({ ...lease, key: lease.key ?? null, prefix: lease.prefix ?? null });
-      inCommit?.(lease);
-      return { granted: true, lease };
-    },
-  );
+  const acquire = (input: AcquireInput, now: number, inCommit?: LeaseEventHook): AcquireResult => {
+    const held = findActiveOverlapping(input.resource, now);
+    if (held) return { granted: false, heldBy: toLeaseRecord(held) };
+    const intents = intentsUnder(input.resource);
+    // Commits in flight under ended leases are fenced before anyone is granted the resource.
+    if (intents.length > 0) return { granted: false, fence: { token: nextToken.get()!.value, intents } };
+    const { value: token } = nextToken.get()!;
+    const lease: LeaseRecord = {
+      leaseId: newLeaseId(),
+      ...resourceOf(input.resource),
+      owner: input.owner,
+      token,
+      ttlMs: input.ttlMs,
+      acquiredAt: now,
+      expiresAt: now + input.ttlMs,
+    };
+    insertLease.run({ ...lease, key: lease.key ?? null, prefix: lease.prefix ?? null });
+    inCommit?.(lease);
+    return { granted: true, lease };
+  };
 
-  const renewTx = db.transaction(
-    (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
-      const row = byId.get(leaseId);
-      if (!row) throw notFound(leaseId);
-      if (row.released_at !== null) {
-        throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
-      }
-      if (!isActiveRow(row, now)) {
-        throw new DomainError(
-          "LeaseLost",
-          `lease ${leaseId} expired at ${new Date(row.expires_at).toISOString()}`,
-          {
-            leaseId,
-            reason: "expired",
-          },
-        );
-      }
-      const expiresAt = now + ttlMs;
-      extend.run({ id: leaseId, expiresAt, ttlMs });
-      const lease = toLeaseRecord({ ...row, expires_at: expiresAt, ttl_ms: ttlMs });
-      inCommit?.(lease);
-      return lease;
-    },
-  );
+  const renewTx = (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
+    const row = byId.get(leaseId);
+    if (!row) throw notFound(leaseId);
+    if (row.released_at !== null) {
+      throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
+    }
+    if (!isActiveRow(row, now)) {
+      throw new DomainError(
+        "LeaseLost",
+        `lease ${leaseId} expired at ${new Date(row.expires_at).toISOString()}`,
+        {
+          leaseId,
+          reason: "expired",
+        },
+      );
+    }
+    const expiresAt = now + ttlMs;
+    extend.run({ id: leaseId, expiresAt, ttlMs });
+    const lease = toLeaseRecord({ ...row, expires_at: expiresAt, ttl_ms: ttlMs });
+    inCommit?.(lease);
+    return lease;
+  };
 
-  const releaseTx = db.transaction((leaseId: string, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
+  const releaseTx = (leaseId: string, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
     const row = byId.get(leaseId);
     if (!row || row.released_at !== null) throw notFound(leaseId);
     markReleased.run({ id: leaseId, now });
     const lease = toLeaseRecord(byId.get(leaseId)!);
     inCommit?.(lease);
     return lease;
-  });
+  };
 
-  const collectTx = db.transaction((now: number, inCommit?: LeaseEventHook): LeaseRecord[] => {
+  const collectTx = (now: number, inCommit?: LeaseEventHook): LeaseRecord[] => {
     const reported = reportExpired
       .all({ now })
       .sort((a, b) => a.token - b.token)
@@ -170,9 +177,38 @@ export function createEmbeddedLeaseStore({
     // Marked reported and audited in one step: an expiry is never reported without its record.
     if (inCommit) for (const lease of reported) inCommit(lease);
     return reported;
-  });
+  };
 
-  const sweepTx = db.transaction(createRetentionSweep(db, retainMs));
+  const sweepTx = createRetentionSweep(db, retainMs, firstOverlapping);
+
+  const reads: LeaseReads = {
+    get: (leaseId) => {
+      const row = byId.get(leaseId);
+      return row ? toLeaseRecord(row) : null;
+    },
+    findNewerOverlapping: (lease) => {
+      const row = firstOverlapping(resourceOf(lease), { kind: "newer", token: lease.token });
+      return row ? toLeaseRecord(row) : null;
+    },
+    findActiveCovering: (bucket, key) => {
+      const row = findActiveOverlapping({ bucket, key }, clock());
+      return row ? toLeaseRecord(row) : null;
+    },
+  };
+
+  const beginTx = (intent: IntentInput, now: number) => {
+    judgeIntent(intent, now, reads);
+    const intentId = randomBytes(12).toString("base64url");
+    insertIntent.run({
+      intentId,
+      leaseId: intent.kind === "fenced" ? intent.leaseId : null,
+      token: intent.kind === "fenced" ? intent.token : null,
+      bucket: intent.bucket,
+      key: intent.key,
+      createdAt: now,
+    });
+    return { intentId, ceiling: lastToken.get()!.value };
+  };
 
   let lastSweepAt = Number.NEGATIVE_INFINITY;
   let closed = false;
@@ -186,17 +222,21 @@ export function createEmbeddedLeaseStore({
     // A clock that stepped back must not postpone sweeping until it catches up again.
     if (now - lastSweepAt < sweepEveryMs && now >= lastSweepAt) return;
     lastSweepAt = now;
-    sweepTx.immediate(now);
+    sweepTx(now);
   }
 
   return {
     kind: "embedded",
+    domain,
+    inDomain: reads,
 
     async tryAcquire(input, inCommit) {
       const now = open();
       validateAcquire(input);
-      maybeSweep(now);
-      return acquire.immediate(input, now, inCommit);
+      return domain.run(() => {
+        maybeSweep(now);
+        return acquire(input, now, inCommit);
+      });
     },
 
     async get(leaseId) {
@@ -208,12 +248,12 @@ export function createEmbeddedLeaseStore({
     async renew(leaseId, ttlMs, inCommit) {
       const now = open();
       validateTtl(ttlMs);
-      return renewTx.immediate(leaseId, ttlMs, now, inCommit);
+      return domain.run(() => renewTx(leaseId, ttlMs, now, inCommit));
     },
 
     async release(leaseId, inCommit) {
       const now = open();
-      return releaseTx.immediate(leaseId, now, inCommit);
+      return domain.run(() => releaseTx(leaseId, now, inCommit));
     },
 
     async list({ bucket, prefix }) {
@@ -226,22 +266,39 @@ export function createEmbeddedLeaseStore({
     },
 
     async findActiveCovering(bucket, key) {
-      const now = open();
-      const row = findActiveOverlapping({ bucket, key }, now);
-      return row ? toLeaseRecord(row) : null;
+      open();
+      return reads.findActiveCovering(bucket, key);
     },
 
     async findNewerOverlapping(lease) {
       open();
-      const row = overlapping(resourceOf(lease), "token > @token", { token: lease.token })[0];
-      return row ? toLeaseRecord(row) : null;
+      return reads.findNewerOverlapping(lease);
     },
 
     async collectExpired(inCommit) {
       const now = open();
-      const reported = collectTx.immediate(now, inCommit);
-      maybeSweep(now);
-      return reported;
+      return domain.run(() => {
+        const reported = collectTx(now, inCommit);
+        maybeSweep(now);
+        return reported;
+      });
+    },
+
+    async beginCommit(intent) {
+      const now = open();
+      return domain.run(() => beginTx(intent, now));
+    },
+
+    async endCommit(intentId) {
+      open();
+      await domain.run(() => deleteIntent.run(intentId));
+    },
+
+    async clearIntents(intentIds) {
+      open();
+      await domain.run(() => {
+        for (const id of intentIds) deleteIntent.run(id);
+      });
     },
 
     async ping() {
@@ -257,18 +314,12 @@ export function createEmbeddedLeaseStore({
     sweep() {
       const now = open();
       lastSweepAt = now;
-      return sweepTx.immediate(now);
+      return (db.transaction(sweepTx) as (now: number) => number)(now);
     },
   };
 }
 
-/** `key` within the range of strings starting with `prefix` (an index range, not LIKE). */
-function keyRange(prefix: string): { sql: string; params: Record<string, string> } {
-  const upper = prefixUpperBound(prefix);
-  return upper === null
-    ? { sql: "key >= @lower", params: { lower: prefix } }
-    : { sql: "key >= @lower AND key < @upper", params: { lower: prefix, upper } };
-}
+type IntentRow = { intent_id: string; bucket: string; key: string };
 
 function notFound(leaseId: string): DomainError {
   return new DomainError(

@@ -1,5 +1,7 @@
 import type { EmbeddedDb } from "../../embedded/db.js";
-import { overlaps, type ResourceRef } from "../lease-rules.js";
+import { overlaps, type ResourceRef, resourceOf } from "../lease-rules.js";
+import type { LeaseResource } from "../lease-store.js";
+import type { OverlapFilter } from "./overlap-queries.js";
 import { LEASE_COLUMNS, type LeaseRow, rowResource } from "./rows.js";
 
 export type RetentionEntry = {
@@ -12,7 +14,9 @@ export type RetentionEntry = {
 
 /**
  * Which leases a retention sweep may delete, given every remembered lease that could matter
- * (the expired ones and all others with a lower token), in ascending token order.
+ * (the expired ones and all others with a lower token), in ascending token order. The rule of
+ * every store's sweep; the memory store applies it to its lists, the embedded sweep below
+ * applies the same rule with index seeks instead of a list of every lease.
  *
  * findNewerOverlapping(A) must stay correct while A is remembered, so a lease may only go if no
  * lease with a lower token that overlaps it stays behind. Age alone nearly guarantees that (a
@@ -46,39 +50,47 @@ function blocked(kept: { keys: Set<string>; prefixes: ResourceRef[] }, resource:
   return false;
 }
 
+/** Due leases read per page of a sweep. */
+const PAGE = 500;
+
 /**
  * The body of a retention sweep (run it inside a transaction): forgets leases that ended at
- * least `retainMs` before `now`, as far as selectForgettable allows, and returns how many.
+ * least `retainMs` before `now`, and returns how many.
+ *
+ * findNewerOverlapping(A) must stay correct while A is remembered, so a lease may only go once
+ * no lease with a lower token that overlaps it is remembered. Age alone nearly guarantees that
+ * (a newer overlapping lease was granted after the older one ended), but not when the clock
+ * steps back; this check makes it hold whatever the clock does. Due leases are taken in token
+ * order and each is checked against what is still remembered, older due leases already gone:
+ * a few index seeks per due lease, whatever the number of leases that stay.
+ *
  * A lease only gets `ended_at` once released or reported expired, so an expiry is never
  * forgotten before collectExpired has reported it (and the LeaseExpired event was audited).
  */
-export function createRetentionSweep(db: EmbeddedDb, retainMs: number): (now: number) => number {
-  const due = db.prepare<{ cutoff: number }, LeaseRow>(
-    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE ended_at IS NOT NULL AND ended_at <= @cutoff`,
-  );
-  // Everything else with a lower token than some due lease: what could hold a due lease back.
-  const olderKept = db.prepare<{ cutoff: number; maxToken: number }, LeaseRow>(
-    `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE token < @maxToken AND (ended_at IS NULL OR ended_at > @cutoff)`,
+export function createRetentionSweep(
+  db: EmbeddedDb,
+  retainMs: number,
+  firstOverlapping: (resource: LeaseResource, filter: OverlapFilter) => LeaseRow | undefined,
+): (now: number) => number {
+  const due = db.prepare<{ cutoff: number; after: number; limit: number }, LeaseRow>(
+    `SELECT ${LEASE_COLUMNS} FROM lease_leases
+     WHERE ended_at IS NOT NULL AND ended_at <= @cutoff AND token > @after ORDER BY token LIMIT @limit`,
   );
   const remove = db.prepare("DELETE FROM lease_leases WHERE lease_id = ?");
-  const entry = (row: LeaseRow, isDue: boolean): RetentionEntry => ({
-    leaseId: row.lease_id,
-    token: row.token,
-    resource: rowResource(row),
-    due: isDue,
-  });
 
   return (now) => {
     const cutoff = now - retainMs;
-    const dueRows = due.all({ cutoff });
-    if (dueRows.length === 0) return 0;
-    const maxToken = dueRows.reduce((max, row) => Math.max(max, row.token), 0);
-    const entries = [
-      ...dueRows.map((row) => entry(row, true)),
-      ...olderKept.all({ cutoff, maxToken }).map((row) => entry(row, false)),
-    ].sort((a, b) => a.token - b.token);
-    const ids = selectForgettable(entries);
-    for (const id of ids) remove.run(id);
-    return ids.length;
+    let removed = 0;
+    for (let after = -1; ; ) {
+      const rows = due.all({ cutoff, after, limit: PAGE });
+      for (const row of rows) {
+        if (!firstOverlapping(resourceOf(rowResource(row)), { kind: "older", token: row.token })) {
+          remove.run(row.lease_id);
+          removed++;
+        }
+      }
+      if (rows.length < PAGE) return removed;
+      after = rows[rows.length - 1]!.token;
+    }
   };
 }

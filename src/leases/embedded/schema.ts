@@ -9,6 +9,8 @@ import type { EmbeddedDb } from "../../embedded/db.js";
  *   never handed out twice, even across kill -9.
  * - lease_leases holds every lease the store still remembers. `ended_at` is set when the lease
  *   is seen to end (released, or expiry reported); retention works from it.
+ * - lease_intents holds commits in flight against a backend outside this database (see
+ *   src/fence/commit.ts): a grant over an object with an intent fences it first.
  */
 const DDL = `
 CREATE TABLE IF NOT EXISTS lease_counter (
@@ -33,17 +35,34 @@ CREATE TABLE IF NOT EXISTS lease_leases (
   CHECK ((key IS NULL) <> (prefix IS NULL))
 );
 
--- Key leases by key: exact-key and key-range (prefix resource) lookups.
+-- Overlap lookups never scan every lease of a bucket (see overlap-queries.ts): key leases by key
+-- (an exact key, or the key range under a prefix), prefix leases by prefix (each prefix of a key
+-- or prefix is one seek, and the prefixes under a prefix are a range). Each twice: every lease
+-- with its token (for "a newer overlapping lease"), and the open ones alone (for "an active
+-- overlapping lease"), so that a grant does not wade through a day of ended leases.
 CREATE INDEX IF NOT EXISTS lease_leases_key ON lease_leases (bucket, key, token) WHERE key IS NOT NULL;
--- Prefix leases: few compared with key leases, scanned per bucket and checked in code; the
--- open ones separately, so that a grant does not wade through a day of ended prefix leases.
-CREATE INDEX IF NOT EXISTS lease_leases_prefix ON lease_leases (bucket, token) WHERE prefix IS NOT NULL;
-CREATE INDEX IF NOT EXISTS lease_leases_open_prefix ON lease_leases (bucket, expires_at)
+CREATE INDEX IF NOT EXISTS lease_leases_open_key ON lease_leases (bucket, key)
+  WHERE key IS NOT NULL AND released_at IS NULL AND expiry_reported = 0;
+CREATE INDEX IF NOT EXISTS lease_leases_prefix_path ON lease_leases (bucket, prefix, token) WHERE prefix IS NOT NULL;
+CREATE INDEX IF NOT EXISTS lease_leases_open_prefix_path ON lease_leases (bucket, prefix)
   WHERE prefix IS NOT NULL AND released_at IS NULL AND expiry_reported = 0;
+-- Replaced by the two prefix_path indexes: they listed a bucket's prefix leases for a scan.
+DROP INDEX IF EXISTS lease_leases_prefix;
+DROP INDEX IF EXISTS lease_leases_open_prefix;
 -- Leases not yet seen to end: active ones, and expired ones still to be reported.
 CREATE INDEX IF NOT EXISTS lease_leases_open ON lease_leases (expires_at)
   WHERE released_at IS NULL AND expiry_reported = 0;
 CREATE INDEX IF NOT EXISTS lease_leases_ended ON lease_leases (ended_at) WHERE ended_at IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS lease_intents (
+  intent_id TEXT PRIMARY KEY,
+  lease_id TEXT,
+  token INTEGER,
+  bucket TEXT NOT NULL,
+  key TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lease_intents_object ON lease_intents (bucket, key);
 `;
 
 export function migrateLeaseTables(db: EmbeddedDb): void {

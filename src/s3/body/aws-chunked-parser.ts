@@ -1,4 +1,4 @@
-import { S3RequestError } from "../auth/s3-request-error.js";
+import { DomainError } from "../../core/errors.js";
 
 export type ChunkedParserEvents = {
   /** A chunk header was read; size 0 is the final chunk. May throw to reject it. */
@@ -16,8 +16,7 @@ const MAX_TRAILERS = 16;
 
 type State = "size" | "data" | "data-cr" | "data-lf" | "trailer" | "done";
 
-const malformed = (why: string) =>
-  new S3RequestError("InvalidRequest", `Malformed aws-chunked body: ${why}.`);
+const malformed = (why: string) => new DomainError("InvalidRequest", `Malformed aws-chunked body: ${why}.`);
 
 /**
  * Incremental aws-chunked decoder: `<hex size>[;chunk-signature=…]\r\n<data>\r\n` … `0…\r\n`,
@@ -71,7 +70,7 @@ export class AwsChunkedParser {
   end(): Trailer[] {
     // A missing final empty line after complete trailer lines is accepted (nothing is lost).
     if (this.state === "done" || (this.state === "trailer" && this.lineBytes === 0)) return this.trailerList;
-    throw new S3RequestError("IncompleteBody", "The request body terminated unexpectedly");
+    throw new DomainError("IncompleteBody", "The request body terminated unexpectedly");
   }
 
   private readLine(input: Buffer, from: number): number {

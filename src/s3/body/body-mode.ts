@@ -1,3 +1,4 @@
+import { DomainError } from "../../core/errors.js";
 import {
   INVALID_PAYLOAD_HASH_MESSAGE,
   isHexSha256,
@@ -6,8 +7,7 @@ import {
   STREAMING_UNSIGNED_PAYLOAD,
   STREAMING_UNSIGNED_PAYLOAD_TRAILER,
   UNSIGNED_PAYLOAD,
-} from "../auth/payload-hash.js";
-import { S3RequestError } from "../auth/s3-request-error.js";
+} from "../../http/sigv4/payload-hash.js";
 
 /**
  * How the body is framed and verified, decided by x-amz-content-sha256 alone: some clients
@@ -30,7 +30,7 @@ export function bodyModeOf(payloadHash: string): BodyMode {
     case STREAMING_SIGNED_PAYLOAD_TRAILER:
       return { kind: "chunked", signed: true, trailers: true };
     default:
-      throw new S3RequestError("InvalidArgument", INVALID_PAYLOAD_HASH_MESSAGE, {
+      throw new DomainError("InvalidArgument", INVALID_PAYLOAD_HASH_MESSAGE, {
         ArgumentName: "x-amz-content-sha256",
         ArgumentValue: payloadHash,
       });

@@ -1,5 +1,5 @@
-import { headerValue, type RequestHeaders } from "../auth/request-headers.js";
-import { S3RequestError } from "../auth/s3-request-error.js";
+import { DomainError } from "../../core/errors.js";
+import { headerValue, type RequestHeaders } from "../../http/sigv4/request-headers.js";
 import {
   algorithmOfHeader,
   type ChecksumAlgorithm,
@@ -34,14 +34,13 @@ export function readChecksumHeaders(headers: RequestHeaders): ChecksumExpectatio
     if (value === undefined) continue;
     const algorithm = algorithmOfHeader(name);
     // An algorithm we cannot compute must not pass as verified.
-    if (!algorithm)
-      throw new S3RequestError("InvalidRequest", `The checksum header ${name} is not supported.`);
+    if (!algorithm) throw new DomainError("InvalidRequest", `The checksum header ${name} is not supported.`);
     const expected = decodeChecksumValue(algorithm, value.trim());
-    if (!expected) throw new S3RequestError("InvalidRequest", `Value for ${name} header is invalid.`);
+    if (!expected) throw new DomainError("InvalidRequest", `Value for ${name} header is invalid.`);
     declared.push({ algorithm, name, expected });
   }
   if (declared.length > 1) {
-    throw new S3RequestError(
+    throw new DomainError(
       "InvalidRequest",
       "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.",
     );
@@ -49,7 +48,7 @@ export function readChecksumHeaders(headers: RequestHeaders): ChecksumExpectatio
   const trailer = readTrailerDeclaration(headers);
   const header = declared[0];
   if (header && trailer && header.algorithm !== trailer) {
-    throw new S3RequestError(
+    throw new DomainError(
       "InvalidRequest",
       "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.",
     );
@@ -60,7 +59,7 @@ export function readChecksumHeaders(headers: RequestHeaders): ChecksumExpectatio
     sdkAlgorithm = parseAlgorithmName(sdkValue);
     const named = header?.algorithm ?? trailer;
     if (!sdkAlgorithm || (named && named !== sdkAlgorithm)) {
-      throw new S3RequestError("InvalidRequest", "Value for x-amz-sdk-checksum-algorithm header is invalid.");
+      throw new DomainError("InvalidRequest", "Value for x-amz-sdk-checksum-algorithm header is invalid.");
     }
   }
   return { contentMd5: readContentMd5(headers), header, trailer, sdkAlgorithm };
@@ -76,7 +75,7 @@ function readTrailerDeclaration(headers: RequestHeaders): ChecksumAlgorithm | un
   const algorithms = names.map((n) => algorithmOfHeader(n));
   const [first] = algorithms;
   if (algorithms.length !== 1 || !first) {
-    throw new S3RequestError("InvalidRequest", `The value "${value}" of x-amz-trailer is not supported.`);
+    throw new DomainError("InvalidRequest", `The value "${value}" of x-amz-trailer is not supported.`);
   }
   return first;
 }
@@ -86,7 +85,7 @@ function readContentMd5(headers: RequestHeaders): Buffer | undefined {
   if (value === undefined) return undefined;
   const bytes = Buffer.from(value.trim(), "base64");
   if (bytes.length !== 16 || bytes.toString("base64") !== value.trim()) {
-    throw new S3RequestError("InvalidDigest", "The Content-MD5 you specified was invalid.");
+    throw new DomainError("InvalidDigest", "The Content-MD5 you specified was invalid.");
   }
   return bytes;
 }

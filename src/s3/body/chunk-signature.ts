@@ -1,6 +1,6 @@
 import { createHash, createHmac, type Hash, timingSafeEqual } from "node:crypto";
-import { EMPTY_SHA256 } from "../auth/payload-hash.js";
-import { S3RequestError } from "../auth/s3-request-error.js";
+import { DomainError } from "../../core/errors.js";
+import { EMPTY_SHA256 } from "../../http/sigv4/payload-hash.js";
 
 export type ChunkSigningContext = {
   signingKey: Buffer;
@@ -12,7 +12,7 @@ export type ChunkSigningContext = {
 };
 
 const mismatch = (what: string) =>
-  new S3RequestError(
+  new DomainError(
     "SignatureDoesNotMatch",
     `The ${what} signature we calculated does not match the signature you provided. Check your key and signing method.`,
   );

@@ -1,9 +1,9 @@
 import type { Readable } from "node:stream";
-import { scopeString } from "../auth/credential-scope.js";
-import { UNSIGNED_PAYLOAD } from "../auth/payload-hash.js";
-import { headerValue, type RequestHeaders } from "../auth/request-headers.js";
-import { S3RequestError } from "../auth/s3-request-error.js";
-import type { AuthResult } from "../auth/sigv4.js";
+import { DomainError } from "../../core/errors.js";
+import { scopeString } from "../../http/sigv4/credential-scope.js";
+import { UNSIGNED_PAYLOAD } from "../../http/sigv4/payload-hash.js";
+import { headerValue, type RequestHeaders } from "../../http/sigv4/request-headers.js";
+import type { AuthResult } from "../../http/sigv4/sigv4.js";
 import type { BodyDigestResult } from "./body-digest.js";
 import { bodyModeOf } from "./body-mode.js";
 import type { ChecksumAlgorithm } from "./checksum-algorithms.js";
@@ -30,16 +30,16 @@ export type DecodeRequestBodyOptions = {
 };
 
 export type DecodedRequestBody = {
-  /** The decoded object bytes; errors (S3RequestError) instead of ending if verification fails. */
+  /** The decoded object bytes; errors (DomainError) instead of ending if verification fails. */
   stream: Readable;
   /** Resolves once the whole body is verified; rejects with the stream's error. */
-  done: Promise<BodyDigestResult>;
+  digest: Promise<BodyDigestResult>;
 };
 
 /**
  * Turns a request body into the object's bytes, verifying whatever the request promised:
  * payload hash, chunk and trailer signatures, decoded length, Content-MD5 and checksum
- * headers or trailers. Problems visible from the headers alone throw S3RequestError here.
+ * headers or trailers. Problems visible from the headers alone throw DomainError here.
  */
 export function decodeRequestBody(options: DecodeRequestBodyOptions): DecodedRequestBody {
   const { body, headers, auth } = options;
@@ -47,7 +47,7 @@ export function decodeRequestBody(options: DecodeRequestBodyOptions): DecodedReq
   const mode = bodyModeOf(payloadHash);
   const expectations = readChecksumHeaders(headers);
   if (expectations.trailer && !(mode.kind === "chunked" && mode.trailers)) {
-    throw new S3RequestError(
+    throw new DomainError(
       "InvalidRequest",
       `x-amz-trailer cannot be used with x-amz-content-sha256: ${payloadHash}.`,
     );
@@ -55,10 +55,7 @@ export function decodeRequestBody(options: DecodeRequestBodyOptions): DecodedReq
   let chain: ChunkSignatureChain | undefined;
   if (mode.kind === "chunked" && mode.signed) {
     if (!auth || auth.presigned) {
-      throw new S3RequestError(
-        "InvalidRequest",
-        `${payloadHash} requires Authorization header authentication.`,
-      );
+      throw new DomainError("InvalidRequest", `${payloadHash} requires Authorization header authentication.`);
     }
     chain = new ChunkSignatureChain({
       signingKey: auth.signingKey,
@@ -75,7 +72,7 @@ export function decodeRequestBody(options: DecodeRequestBodyOptions): DecodedReq
         : undefined;
   const maxSize = options.maxSize ?? Number.POSITIVE_INFINITY;
   if (expectedLength !== undefined && expectedLength > maxSize) {
-    throw new S3RequestError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size", {
+    throw new DomainError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size", {
       ProposedSize: String(expectedLength),
       MaxSizeAllowed: String(maxSize),
     });
@@ -87,7 +84,7 @@ export function decodeRequestBody(options: DecodeRequestBodyOptions): DecodedReq
 
   const decoder = new RequestBodyDecoder({ mode, expectations, algorithms, chain, expectedLength, maxSize });
   connect(body, decoder);
-  return { stream: decoder, done: decoder.done };
+  return { stream: decoder, digest: decoder.done };
 }
 
 function lengthHeader(headers: RequestHeaders, name: string): number | undefined {
@@ -95,7 +92,7 @@ function lengthHeader(headers: RequestHeaders, name: string): number | undefined
   if (value === undefined) return undefined;
   const n = Number(value.trim());
   if (!/^\d+$/.test(value.trim()) || !Number.isSafeInteger(n)) {
-    throw new S3RequestError("InvalidArgument", `Invalid ${name} header.`, {
+    throw new DomainError("InvalidArgument", `Invalid ${name} header.`, {
       ArgumentName: name,
       ArgumentValue: value,
     });
@@ -111,7 +108,7 @@ function connect(body: Readable, decoder: RequestBodyDecoder): void {
   const cut = (cause?: unknown) => {
     if (decoder.destroyed) return;
     decoder.destroy(
-      new S3RequestError("IncompleteBody", "The request body terminated unexpectedly", {}, { cause }),
+      new DomainError("IncompleteBody", "The request body terminated unexpectedly", {}, { cause }),
     );
   };
   body.on("error", cut);

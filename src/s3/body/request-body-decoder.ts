@@ -1,5 +1,5 @@
 import { Transform, type TransformCallback } from "node:stream";
-import { S3RequestError } from "../auth/s3-request-error.js";
+import { DomainError } from "../../core/errors.js";
 import { AwsChunkedParser, type Trailer } from "./aws-chunked-parser.js";
 import { BodyDigest, type BodyDigestResult } from "./body-digest.js";
 import type { BodyMode } from "./body-mode.js";
@@ -41,7 +41,7 @@ export class RequestBodyDecoder extends Transform {
     this.done.catch(() => {});
     this.once("error", (e) => this.settle.reject(e));
     this.once("close", () =>
-      this.settle.reject(new S3RequestError("IncompleteBody", "The request body was not completely read")),
+      this.settle.reject(new DomainError("IncompleteBody", "The request body was not completely read")),
     );
     const verifyOnly: ChecksumAlgorithm[] =
       plan.mode.kind === "plain" && plan.mode.sha256Hex !== undefined ? ["SHA256"] : [];
@@ -95,12 +95,12 @@ export class RequestBodyDecoder extends Transform {
   private checkLength(more: number): void {
     const size = this.digest.size + more;
     if (size > this.plan.maxSize) {
-      throw new S3RequestError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size", {
+      throw new DomainError("EntityTooLarge", "Your proposed upload exceeds the maximum allowed size", {
         MaxSizeAllowed: String(this.plan.maxSize),
       });
     }
     if (this.plan.expectedLength !== undefined && size > this.plan.expectedLength) {
-      throw new S3RequestError(
+      throw new DomainError(
         "IncompleteBody",
         "The decoded body is longer than the length the request announced.",
       );
@@ -112,7 +112,7 @@ export class RequestBodyDecoder extends Transform {
     const { result, md5, raw } = this.digest.finish();
     const { mode, expectations } = this.plan;
     if (this.plan.expectedLength !== undefined && result.size !== this.plan.expectedLength) {
-      throw new S3RequestError(
+      throw new DomainError(
         "IncompleteBody",
         "You did not provide the number of bytes specified by the Content-Length HTTP header.",
       );
@@ -121,7 +121,7 @@ export class RequestBodyDecoder extends Transform {
     if (mode.kind === "plain" && mode.sha256Hex !== undefined) {
       const computed = raw.get("SHA256")!.toString("hex");
       if (computed !== mode.sha256Hex) {
-        throw new S3RequestError(
+        throw new DomainError(
           "XAmzContentSHA256Mismatch",
           "The provided 'x-amz-content-sha256' header does not match what was computed.",
           { ClientComputedContentSHA256: mode.sha256Hex, S3ComputedContentSHA256: computed },
@@ -129,11 +129,11 @@ export class RequestBodyDecoder extends Transform {
       }
     }
     if (expectations.contentMd5 && !(md5 && expectations.contentMd5.equals(md5))) {
-      throw new S3RequestError("BadDigest", "The Content-MD5 you specified did not match what we received.");
+      throw new DomainError("BadDigest", "The Content-MD5 you specified did not match what we received.");
     }
     for (const declared of [expectations.header, trailerChecksum]) {
       if (declared && !declared.expected.equals(raw.get(declared.algorithm)!)) {
-        throw new S3RequestError(
+        throw new DomainError(
           "BadDigest",
           `The ${declared.algorithm} you specified did not match the calculated checksum.`,
         );
@@ -149,24 +149,23 @@ export class RequestBodyDecoder extends Transform {
     const signature = trailers.find(([n]) => n === TRAILER_SIGNATURE);
     const values = trailers.filter(([n]) => n !== TRAILER_SIGNATURE);
     if (mode.signed && !mode.trailers && trailers.length > 0) {
-      throw new S3RequestError(
+      throw new DomainError(
         "InvalidRequest",
         "Trailers are not allowed with STREAMING-AWS4-HMAC-SHA256-PAYLOAD.",
       );
     }
     if (chain && mode.trailers && trailers.length > 0) chain.verifyTrailer(values, signature?.[1]);
-    if (!chain && signature)
-      throw new S3RequestError("InvalidRequest", "Unexpected x-amz-trailer-signature.");
+    if (!chain && signature) throw new DomainError("InvalidRequest", "Unexpected x-amz-trailer-signature.");
     const declared = expectations.trailer;
     const declaredName = declared && checksumHeaderName(declared);
     for (const [name] of values) {
       if (name !== declaredName) {
-        throw new S3RequestError("InvalidRequest", `The trailer ${name} was not declared in x-amz-trailer.`);
+        throw new DomainError("InvalidRequest", `The trailer ${name} was not declared in x-amz-trailer.`);
       }
     }
     if (!declared) return undefined;
     if (values.length !== 1) {
-      throw new S3RequestError(
+      throw new DomainError(
         "InvalidRequest",
         values.length === 0
           ? `The ${declaredName} trailer declared in x-amz-trailer is missing.`
@@ -175,7 +174,7 @@ export class RequestBodyDecoder extends Transform {
     }
     const expected = decodeChecksumValue(declared, values[0]![1]);
     if (!expected)
-      throw new S3RequestError("InvalidRequest", `Value for ${declaredName} trailing header is invalid.`);
+      throw new DomainError("InvalidRequest", `Value for ${declaredName} trailing header is invalid.`);
     return { algorithm: declared, expected };
   }
 }

@@ -1,7 +1,9 @@
 import type { ListEntry } from "../../backends/storage-backend.js";
 import { DomainError } from "../../core/errors.js";
-import type { S3Operation, S3Request } from "../context.js";
-import type { XmlNode } from "../xml.js";
+import { isValidObjectKey } from "../../core/key-rules.js";
+import type { S3Operation, S3Request } from "../protocol/context.js";
+import { textParam } from "../protocol/query.js";
+import type { XmlNode } from "../protocol/xml.js";
 import { bucketOf, ownerOf } from "./buckets.js";
 
 const MAX_KEYS = 1000;
@@ -11,9 +13,9 @@ export const listObjectsV2: S3Operation = async (req, { backend }) => {
   const q = req.query;
   const encode = encoderFor(req);
   const continuation = q.get("continuation-token");
-  const startAfter = q.get("start-after") ?? undefined;
-  const prefix = q.get("prefix") ?? "";
-  const delimiter = q.get("delimiter") || undefined;
+  const startAfter = textParam(q, "start-after") ?? undefined;
+  const prefix = textParam(q, "prefix") ?? "";
+  const delimiter = textParam(q, "delimiter") || undefined;
   const maxKeys = maxKeysOf(req);
   const after = continuation !== null ? decodeContinuation(continuation) : startAfter;
   const result = await backend.listObjects({ bucket, prefix, delimiter, startAfter: after, maxKeys });
@@ -47,9 +49,9 @@ export const listObjectsV1: S3Operation = async (req, { backend }) => {
   const bucket = bucketOf(req);
   const q = req.query;
   const encode = encoderFor(req);
-  const marker = q.get("marker") ?? "";
-  const prefix = q.get("prefix") ?? "";
-  const delimiter = q.get("delimiter") || undefined;
+  const marker = textParam(q, "marker") ?? "";
+  const prefix = textParam(q, "prefix") ?? "";
+  const delimiter = textParam(q, "delimiter") || undefined;
   const maxKeys = maxKeysOf(req);
   const result = await backend.listObjects({
     bucket,
@@ -115,5 +117,10 @@ function decodeContinuation(token: string): string {
   if (!text.startsWith("1:")) {
     throw new DomainError("InvalidArgument", "The continuation token provided is incorrect");
   }
-  return text.slice(2);
+  const after = text.slice(2);
+  // A token this gateway issued names a key; anything else in it was made up.
+  if (!isValidObjectKey(after)) {
+    throw new DomainError("InvalidArgument", "The continuation token provided is incorrect");
+  }
+  return after;
 }

@@ -1,5 +1,6 @@
 import { DomainError } from "../../core/errors.js";
-import type { S3Operation } from "../context.js";
+import type { S3Operation } from "../protocol/context.js";
+import { textParam } from "../protocol/query.js";
 import { bucketOf, ownerOf } from "./buckets.js";
 import { encoderFor, maxKeysOf } from "./list-objects.js";
 
@@ -11,7 +12,7 @@ export const listObjectVersions: S3Operation = async (req, { backend }) => {
   const bucket = bucketOf(req);
   const q = req.query;
   const encode = encoderFor(req);
-  const keyMarker = q.get("key-marker") ?? "";
+  const keyMarker = textParam(q, "key-marker") ?? "";
   const versionIdMarker = q.get("version-id-marker") ?? "";
   if (versionIdMarker !== "" && versionIdMarker !== "null") {
     throw new DomainError("InvalidArgument", "Invalid version id specified");
@@ -19,8 +20,8 @@ export const listObjectVersions: S3Operation = async (req, { backend }) => {
   if (versionIdMarker !== "" && keyMarker === "") {
     throw new DomainError("InvalidArgument", "A version-id marker cannot be specified without a key marker.");
   }
-  const prefix = q.get("prefix") ?? "";
-  const delimiter = q.get("delimiter") || undefined;
+  const prefix = textParam(q, "prefix") ?? "";
+  const delimiter = textParam(q, "delimiter") || undefined;
   const maxKeys = maxKeysOf(req);
   const result = await backend.listObjects({
     bucket,

@@ -1,23 +1,25 @@
-import {
-  assertPartNumber,
-  assertUploadFence,
-  type CompletedPart,
-  type MultipartStore,
-  type MultipartUpload,
-} from "../../backends/multipart.js";
-import type { StorageBackend } from "../../backends/storage-backend.js";
-import { DomainError } from "../../core/errors.js";
+import { assertPartNumber, bareEtag, multipartEtag } from "../../backends/multipart.js";
+import type { CompletedPart, MultipartUpload, StorageBackend } from "../../backends/storage-backend.js";
+import { DomainError, isDomainError } from "../../core/errors.js";
 import type { WriteContext } from "../../fence/write-fencer.js";
-import { header, type S3Operation, type S3Request } from "../context.js";
-import { fenceTokenOf } from "../fence-token.js";
-import { metadataFromHeaders } from "../object-headers.js";
-import { readBounded, requireDeclaredLength } from "../request-body.js";
-import type { XmlNode } from "../xml.js";
-import { children, malformed, parseXmlDocument, text } from "../xml-input.js";
+import {
+  type CompletedUploads,
+  header,
+  type S3Operation,
+  type S3Request,
+  type S3Response,
+} from "../protocol/context.js";
+import { copySource } from "../protocol/copy-source.js";
+import { metadataFromRequest } from "../protocol/object-headers.js";
+import { textParam } from "../protocol/query.js";
+import { readBounded, requireDeclaredLength } from "../protocol/request-body.js";
+import type { XmlNode } from "../protocol/xml.js";
+import { children, malformed, parseXmlDocument, text } from "../protocol/xml-input.js";
+import { checkRequestedAcl } from "./acl-request.js";
 import { ownerOf } from "./buckets.js";
-import { copySource } from "./copy-object.js";
 import { encoderFor } from "./list-objects.js";
-import { acceptedHeaders, objectTarget, writeConditions } from "./objects.js";
+import { acceptedHeaders, objectTarget, writeConditions, writeContext } from "./objects.js";
+import { checkStorageClass } from "./storage-class.js";
 
 /**
  * S3 multipart uploads, fenced (contract: CreateMultipartUpload, UploadPart and
@@ -27,49 +29,34 @@ import { acceptedHeaders, objectTarget, writeConditions } from "./objects.js";
  *   against the lease and the object's HCT, and the upload is bound to it. Nothing visible
  *   changes, so the HCT is not raised.
  * - UploadPart(Copy) goes through the fencer too (authorization, early HCT refusal, the lease
- *   re-checked just before the part is recorded, an audit record). It carries the upload's own
- *   token, or none: the upload is bound to its lease, which is then checked as if presented.
+ *   checked again atomically with recording the part, an audit record). It carries the upload's
+ *   own token, or none: the upload is bound to its lease, which is then checked as if presented.
  *   A token of another lease is FencingTokenScopeMismatch; a lost lease is StaleFencingToken /
- *   LeaseExpired as for any write (see assertUploadFence).
+ *   LeaseExpired as for any write (see src/fence/multipart-rules.ts).
  * - CompleteMultipartUpload is the write that makes the object visible: the same token again,
  *   the lease re-checked before the commit, and the HCT checked in the commit itself.
  * - AbortMultipartUpload is not fenced: see abortMultipartUpload.
  */
 
-/** The multipart route of a request, or null when it is not a multipart operation. */
-export function selectMultipartOperation(req: S3Request): { name: string; run: S3Operation } | null {
-  const { method, key, query } = req;
-  if (key === null) {
-    return method === "GET" && query.has("uploads")
-      ? { name: "ListMultipartUploads", run: listMultipartUploads }
-      : null;
-  }
-  if (method === "POST" && query.has("uploads")) {
-    return { name: "CreateMultipartUpload", run: createMultipartUpload };
-  }
-  if (!query.has("uploadId")) return null;
-  if (method === "PUT" && query.has("partNumber")) {
-    return header(req, "x-amz-copy-source") !== undefined
-      ? { name: "UploadPartCopy", run: uploadPartCopy }
-      : { name: "UploadPart", run: uploadPart };
-  }
-  if (method === "POST") return { name: "CompleteMultipartUpload", run: completeMultipartUpload };
-  if (method === "DELETE") return { name: "AbortMultipartUpload", run: abortMultipartUpload };
-  if (method === "GET") return { name: "ListParts", run: listParts };
-  return null;
-}
-
 export const createMultipartUpload: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
-  const store = multipartOf(backend);
-  const metadata = metadataFromHeaders(req.headers);
-  await backend.headBucket(bucket);
-  const ctx = writeContext(req, "CreateMultipartUpload");
-  const result = await fencer.write(ctx, async (fence, hooks, auth) => {
-    // The fencer has authorized the token; its claims name the lease the upload is bound to.
-    const leaseId = auth.fenced ? auth.claims.leaseId : null;
-    return store.createUpload({ bucket, key, metadata, fence, leaseId, initiator: req.principal }, hooks);
-  });
+  checkRequestedAcl(req, "object");
+  checkStorageClass(req);
+  const metadata = metadataFromRequest(req);
+  const result = await fencer.write(writeContext(req, "CreateMultipartUpload"), (commit, auth) =>
+    // The upload is bound to the lease the fencer authorized (none for an unfenced upload).
+    backend.multipart.createUpload(
+      {
+        bucket,
+        key,
+        metadata,
+        token: auth.fenced ? auth.claims.token : null,
+        leaseId: auth.fenced ? auth.claims.leaseId : null,
+        initiator: req.principal,
+      },
+      commit,
+    ),
+  );
   return {
     status: 200,
     headers: acceptedHeaders(result.token),
@@ -83,30 +70,24 @@ export const createMultipartUpload: S3Operation = async (req, { backend, fencer 
 export const uploadPart: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   requireDeclaredLength(req.headers);
-  const store = multipartOf(backend);
   const partNumber = partNumberOf(req);
   const uploadId = uploadIdOf(req);
-  await backend.headBucket(bucket);
-  const ctx = await boundWriteContext(req, "UploadPart", store, uploadId);
-  const result = await fencer.write(ctx, (fence, hooks) =>
-    store.uploadPart({ bucket, key, uploadId, partNumber, body: req.decodeBody().stream, fence }, hooks),
+  const ctx = await uploadWriteContext(req, "UploadPart", backend, uploadId);
+  const result = await fencer.write(ctx, (commit) =>
+    backend.multipart.uploadPart({ bucket, key, uploadId, partNumber, body: req.decodeBody() }, commit),
   );
   return { status: 200, headers: { etag: result.etag, ...acceptedHeaders(result.token) } };
 };
 
 export const uploadPartCopy: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
-  const store = multipartOf(backend);
   const partNumber = partNumberOf(req);
   const uploadId = uploadIdOf(req);
   const source = copySource(req);
   const range = copySourceRangeOf(req);
-  await backend.headBucket(bucket);
-  const ctx = await boundWriteContext(req, "UploadPartCopy", store, uploadId);
-  const result = await fencer.write(ctx, async (fence, hooks) => {
-    // Unknown upload or foreign token: refused before the source is opened.
-    assertUploadFence(await store.getUpload({ bucket, key, uploadId }), fence);
-    const src = await backend.getObject(source.bucket, source.key, range);
+  const ctx = await uploadWriteContext(req, "UploadPartCopy", backend, uploadId);
+  const result = await fencer.write(ctx, async (commit) => {
+    const src = await backend.getObject(source.bucket, source.key, range, commit.signal);
     try {
       if (range && range.end >= src.info.size) {
         throw new DomainError(
@@ -114,7 +95,9 @@ export const uploadPartCopy: S3Operation = async (req, { backend, fencer }) => {
           `the copy source range is not valid for a source object of ${src.info.size} bytes`,
         );
       }
-      return await store.uploadPart({ bucket, key, uploadId, partNumber, body: src.body, fence }, hooks);
+      const size = range ? range.end - range.start + 1 : src.info.size;
+      const body = { stream: src.body, digest: Promise.resolve({ size, checksums: {} }) };
+      return await backend.multipart.uploadPart({ bucket, key, uploadId, partNumber, body }, commit);
     } finally {
       src.body.destroy();
     }
@@ -129,36 +112,73 @@ export const uploadPartCopy: S3Operation = async (req, { backend, fencer }) => {
 /** A CompleteMultipartUpload body lists at most 10,000 parts: 1 MiB is ample. */
 const MAX_COMPLETE_BODY = 1024 * 1024;
 
-export const completeMultipartUpload: S3Operation = async (req, { backend, fencer }) => {
+export const completeMultipartUpload: S3Operation = async (req, { backend, fencer, completions }) => {
   const { bucket, key } = objectTarget(req);
-  const store = multipartOf(backend);
   const uploadId = uploadIdOf(req);
-  await backend.headBucket(bucket);
-  const ctx = await boundWriteContext(req, "CompleteMultipartUpload", store, uploadId);
-  const result = await fencer.write(ctx, async (fence, hooks) => {
-    // Read inside the write, so that a malformed list is audited like any refusal.
-    const parts = parseCompleteBody(await readBounded(req.decodeBody().stream, MAX_COMPLETE_BODY));
-    return store.completeUpload(
-      {
-        bucket,
-        key,
-        uploadId,
-        parts,
-        fence,
-        conditions: writeConditions(req),
-      },
-      hooks,
+  let ctx: WriteContext;
+  try {
+    ctx = await uploadWriteContext(req, "CompleteMultipartUpload", backend, uploadId);
+  } catch (e) {
+    const replay =
+      isDomainError(e) && e.code === "NoSuchUpload" && (await replayedCompletion(req, backend, completions));
+    if (replay) return replay;
+    throw e;
+  }
+  const result = await fencer.write({ ...ctx, conditions: writeConditions(req) }, async (commit) => {
+    // Read inside the write, so that a malformed list is audited like any refusal. Checksum
+    // headers here are the client's claim about the assembled object (minio-go sends a CRC32C of
+    // the parts' CRC32Cs); parts' checksums are not kept, so they are not verified.
+    const parts = parseCompleteBody(
+      await readBounded(req.decodeBody({ objectChecksums: false }).stream, MAX_COMPLETE_BODY),
     );
+    return backend.multipart.completeUpload({ bucket, key, uploadId, parts }, commit);
   });
+  completions?.remember(uploadId, { bucket, key, etag: result.etag, token: result.token });
+  return completionAnswer(req, bucket, key, result.etag, result.token);
+};
+
+function completionAnswer(
+  req: S3Request,
+  bucket: string,
+  key: string,
+  etag: string,
+  token: number | null,
+): S3Response {
   return {
     status: 200,
-    headers: acceptedHeaders(result.token),
+    headers: acceptedHeaders(token),
     xml: {
       root: "CompleteMultipartUploadResult",
-      body: { Location: locationOf(req, bucket, key), Bucket: bucket, Key: key, ETag: result.etag },
+      body: { Location: locationOf(req, bucket, key), Bucket: bucket, Key: key, ETag: etag },
     },
   };
-};
+}
+
+/**
+ * A retried completion of an upload this gateway completed lately: the same answer again, when
+ * the retry lists the same parts (their multipart ETag is the one the completion produced) and
+ * the object is still that result. Nothing is written; the original completion was the decision
+ * and is in the audit log. Anything else is S3's NoSuchUpload.
+ */
+async function replayedCompletion(
+  req: S3Request,
+  backend: StorageBackend,
+  completions: CompletedUploads | undefined,
+): Promise<S3Response | undefined> {
+  const uploadId = uploadIdOf(req);
+  const { bucket, key } = objectTarget(req);
+  const completed = completions?.recall(uploadId);
+  if (!completed || completed.bucket !== bucket || completed.key !== key) return undefined;
+  const parts = parseCompleteBody(
+    await readBounded(req.decodeBody({ objectChecksums: false }).stream, MAX_COMPLETE_BODY),
+  );
+  const md5s = parts.map((p) => bareEtag(p.etag).toLowerCase());
+  if (!md5s.every((m) => /^[0-9a-f]{32}$/.test(m))) return undefined;
+  if (multipartEtag(md5s) !== completed.etag) return undefined;
+  const current = await backend.headObject(bucket, key).catch(() => undefined);
+  if (current?.etag !== completed.etag) return undefined;
+  return completionAnswer(req, bucket, key, completed.etag, completed.token);
+}
 
 /**
  * Not fenced: any authenticated caller may abort, with or without a token (a token is
@@ -169,9 +189,8 @@ export const completeMultipartUpload: S3Operation = async (req, { backend, fence
  */
 export const abortMultipartUpload: S3Operation = async (req, { backend }) => {
   const { bucket, key } = objectTarget(req);
-  const store = multipartOf(backend);
   await backend.headBucket(bucket);
-  await store.abortUpload({ bucket, key, uploadId: uploadIdOf(req) });
+  await backend.multipart.abortUpload({ bucket, key, uploadId: uploadIdOf(req) });
   return { status: 204 };
 };
 
@@ -179,14 +198,13 @@ const MAX_LISTED = 1000;
 
 export const listParts: S3Operation = async (req, { backend }) => {
   const { bucket, key } = objectTarget(req);
-  const store = multipartOf(backend);
   const uploadId = uploadIdOf(req);
   const maxParts = boundedCount(req, "max-parts");
   const marker = req.query.get("part-number-marker");
   const partNumberMarker =
     marker === null || marker === "" ? 0 : nonNegativeInteger(marker, "part-number-marker");
   await backend.headBucket(bucket);
-  const result = await store.listParts({ bucket, key, uploadId, maxParts, partNumberMarker });
+  const result = await backend.multipart.listParts({ bucket, key, uploadId, maxParts, partNumberMarker });
   return {
     status: 200,
     xml: {
@@ -214,16 +232,15 @@ export const listParts: S3Operation = async (req, { backend }) => {
 
 export const listMultipartUploads: S3Operation = async (req, { backend }) => {
   const bucket = req.bucket!;
-  const store = multipartOf(backend);
   const q = req.query;
   const encode = encoderFor(req);
-  const prefix = q.get("prefix") ?? "";
-  const delimiter = q.get("delimiter") || undefined;
-  const keyMarker = q.get("key-marker") || undefined;
+  const prefix = textParam(q, "prefix") ?? "";
+  const delimiter = textParam(q, "delimiter") || undefined;
+  const keyMarker = textParam(q, "key-marker") || undefined;
   // S3 ignores upload-id-marker without key-marker.
   const uploadIdMarker = keyMarker !== undefined ? q.get("upload-id-marker") || undefined : undefined;
   const maxUploads = boundedCount(req, "max-uploads");
-  const result = await store.listUploads({
+  const result = await backend.multipart.listUploads({
     bucket,
     prefix,
     ...(delimiter !== undefined ? { delimiter } : {}),
@@ -273,41 +290,25 @@ export function parseCompleteBody(raw: Buffer): CompletedPart[] {
   });
 }
 
-function multipartOf(backend: StorageBackend): MultipartStore {
-  if (!backend.multipart) {
-    throw new DomainError("NotImplemented", `the ${backend.kind} backend does not support multipart uploads`);
-  }
-  return backend.multipart;
-}
-
 /**
- * A part or completion without a token is fenced with the lease its upload was bound to at
- * CreateMultipartUpload: aws s3 cp --metadata, s3cmd, rclone --header-upload and the SDKs'
- * Metadata send the token on Create only. A token that is sent must be the upload's own.
+ * A part or completion is fenced with the lease its upload was bound to at CreateMultipartUpload;
+ * without a token it is checked as if that lease's token had been sent (aws s3 cp --metadata,
+ * s3cmd, rclone --header-upload and the SDKs' Metadata send the token on Create only).
  */
-async function boundWriteContext(
+async function uploadWriteContext(
   req: S3Request,
   op: string,
-  store: MultipartStore,
+  backend: StorageBackend,
   uploadId: string,
 ): Promise<WriteContext> {
   const ctx = writeContext(req, op);
-  if (ctx.tokenString !== null) return ctx;
-  const upload = await store.getUpload({ bucket: ctx.bucket, key: ctx.key, uploadId });
-  if (upload.token === null || upload.leaseId === null) return ctx;
-  return { ...ctx, bound: { leaseId: upload.leaseId, token: upload.token } };
-}
-
-function writeContext(req: S3Request, op: string): WriteContext {
-  const { bucket, key } = objectTarget(req);
-  return {
-    op,
-    bucket,
-    key,
-    tokenString: fenceTokenOf(req),
-    principal: req.principal,
-    requestId: req.requestId,
-  };
+  const ref = { bucket: ctx.bucket, key: ctx.key, uploadId };
+  const upload = await backend.multipart.getUpload(ref).catch(async (e) => {
+    // A missing bucket is NoSuchBucket, as S3 answers, not NoSuchUpload.
+    await backend.headBucket(ctx.bucket);
+    throw e;
+  });
+  return { ...ctx, upload: { uploadId, token: upload.token, leaseId: upload.leaseId } };
 }
 
 function uploadIdOf(req: S3Request): string {

@@ -1,60 +1,65 @@
+import type { WriteConditions } from "../../backends/storage-backend.js";
 import { DomainError } from "../../core/errors.js";
-import { checksumHeaders, requestedChecksumHeaders } from "../checksum-headers.js";
-import { evaluateReadConditions } from "../conditions.js";
-import { header, type S3Operation, type S3Request } from "../context.js";
-import { fenceTokenOf } from "../fence-token.js";
-import { metadataFromHeaders, objectResponseHeaders } from "../object-headers.js";
-import { parseRange } from "../range.js";
-import { requireDeclaredLength } from "../request-body.js";
+import type { WriteContext } from "../../fence/write-fencer.js";
+import { checksumHeaders, requestedChecksumHeaders } from "../protocol/checksum-headers.js";
+import { evaluateReadConditions } from "../protocol/conditions.js";
+import { header, type S3Operation, type S3Request } from "../protocol/context.js";
+import { fenceTokenOf } from "../protocol/fence-token.js";
+import { metadataFromRequest, objectResponseHeaders } from "../protocol/object-headers.js";
+import { parseRange } from "../protocol/range.js";
+import { requireDeclaredLength } from "../protocol/request-body.js";
+import { checkRequestedAcl } from "./acl-request.js";
+import { checkServablePart, partNumberRead, wholeObjectAsPart } from "./part-read.js";
+import { checkStorageClass } from "./storage-class.js";
 
 export const putObject: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
-  const tokenString = fenceTokenOf(req);
-  const metadata = metadataFromHeaders(req.headers);
+  checkRequestedAcl(req, "object");
+  checkStorageClass(req);
+  const metadata = metadataFromRequest(req);
   requireDeclaredLength(req.headers);
-  // Refuse a write to a missing bucket before anything else, without reading the body.
-  await backend.headBucket(bucket);
-  let written: Record<string, string> = {};
-  const result = await fencer.write(
-    { op: "PutObject", bucket, key, tokenString, principal: req.principal, requestId: req.requestId },
-    async (fence, hooks) => {
-      const decoded = req.decodeBody();
-      return backend.putObject(
-        { bucket, key, body: decoded.stream, metadata, fence, conditions: writeConditions(req) },
-        {
-          ...hooks,
-          beforeCommit: async () => {
-            // The body has been read in full and verified: its checksums are stored with the object.
-            const digest = await decoded.done;
-            written = digest.checksums;
-            if (Object.keys(digest.checksums).length > 0) metadata.checksums = digest.checksums;
-            await hooks.beforeCommit?.();
-          },
-        },
-      );
-    },
+  const result = await fencer.write(writeContext(req, "PutObject", writeConditions(req)), (commit) =>
+    backend.putObject({ bucket, key, body: req.decodeBody(), metadata }, commit),
   );
   return {
     status: 200,
-    headers: { etag: result.etag, ...checksumHeaders(written), ...acceptedHeaders(result.token) },
+    headers: { etag: result.etag, ...checksumHeaders(result.checksums), ...acceptedHeaders(result.token) },
   };
 };
 
 export const deleteObject: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   rejectVersionId(req);
-  const tokenString = fenceTokenOf(req);
-  await backend.headBucket(bucket);
-  const result = await fencer.write(
-    { op: "DeleteObject", bucket, key, tokenString, principal: req.principal, requestId: req.requestId },
-    (fence, hooks) => backend.deleteObject({ bucket, key, fence }, hooks),
+  const result = await fencer.write(writeContext(req, "DeleteObject"), (commit) =>
+    backend.deleteObject({ bucket, key }, commit),
   );
   return { status: 204, headers: acceptedHeaders(result.token) };
 };
 
+/** The fencing context of a write to the request's object. */
+export function writeContext(
+  req: S3Request,
+  op: string,
+  conditions?: WriteConditions,
+  key?: string,
+): WriteContext {
+  const target = objectTarget(req);
+  return {
+    op,
+    bucket: target.bucket,
+    key: key ?? target.key,
+    tokenString: fenceTokenOf(req),
+    ...(conditions ? { conditions } : {}),
+    principal: req.principal,
+    requestId: req.requestId,
+    signal: req.signal,
+  };
+}
+
 export const getObject: S3Operation = async (req, { backend }) => {
   const { bucket, key } = objectTarget(req);
   rejectVersionId(req);
+  const partNumber = partNumberRead(req);
   const rangeHeader = header(req, "range");
   const range = rangeHeader ? parseRange(rangeHeader) : undefined;
   const { info, body, range: served } = await backend.getObject(bucket, key, range);
@@ -63,6 +68,7 @@ export const getObject: S3Operation = async (req, { backend }) => {
       body.destroy();
       return { status: 304, headers: { etag: info.etag, "last-modified": info.lastModified.toUTCString() } };
     }
+    if (partNumber !== undefined) checkServablePart(info, partNumber);
   } catch (e) {
     body.destroy();
     throw e;
@@ -72,6 +78,7 @@ export const getObject: S3Operation = async (req, { backend }) => {
     ...requestedChecksumHeaders(req, info, served !== undefined),
     ...responseOverrides(req),
   };
+  if (partNumber !== undefined) return { status: wholeObjectAsPart(info, headers), headers, stream: body };
   if (served) {
     headers["content-range"] = `bytes ${served.start}-${served.end}/${info.size}`;
     headers["content-length"] = String(served.end - served.start + 1);
@@ -84,15 +91,18 @@ export const getObject: S3Operation = async (req, { backend }) => {
 export const headObject: S3Operation = async (req, { backend }) => {
   const { bucket, key } = objectTarget(req);
   rejectVersionId(req);
+  const partNumber = partNumberRead(req);
   const info = await backend.headObject(bucket, key);
   if (evaluateReadConditions(req.headers, info) === "not-modified") {
     return { status: 304, headers: { etag: info.etag, "last-modified": info.lastModified.toUTCString() } };
   }
+  if (partNumber !== undefined) checkServablePart(info, partNumber);
   const headers: Record<string, string> = {
     ...objectResponseHeaders(info),
     ...requestedChecksumHeaders(req, info, false),
     "content-length": String(info.size),
   };
+  if (partNumber !== undefined) return { status: wholeObjectAsPart(info, headers), headers };
   const rangeHeader = header(req, "range");
   const range = rangeHeader ? parseRange(rangeHeader) : undefined;
   if (range) {
@@ -132,12 +142,10 @@ function responseOverrides(req: S3Request): Record<string, string> {
   return out;
 }
 
-export function writeConditions(req: S3Request): { ifMatch?: string; ifNoneMatch?: string } {
+export function writeConditions(req: S3Request): WriteConditions {
   const ifNoneMatch = header(req, "if-none-match");
   if (ifNoneMatch !== undefined && ifNoneMatch.trim() !== "*") {
-    throw new DomainError("NotImplemented", "If-None-Match on a write supports only *", {
-      s3Code: "NotImplemented",
-    });
+    throw new DomainError("NotImplemented", "If-None-Match on a write supports only *");
   }
   return { ifMatch: header(req, "if-match"), ifNoneMatch };
 }
@@ -154,7 +162,7 @@ function rejectVersionId(req: S3Request): void {
   }
 }
 
-export function objectTarget(req: S3Request): { bucket: string; key: string } {
+export function objectTarget(req: Pick<S3Request, "bucket" | "key">): { bucket: string; key: string } {
   if (req.bucket === null || req.key === null) {
     throw new DomainError("InvalidRequest", "this operation needs a bucket and a key");
   }

@@ -1,6 +1,6 @@
-import { DomainError } from "../../core/errors.js";
-import type { S3Operation } from "../context.js";
-import type { XmlNode } from "../xml.js";
+import { DomainError, type DomainErrorCode } from "../../core/errors.js";
+import type { S3Operation } from "../protocol/context.js";
+import type { XmlNode } from "../protocol/xml.js";
 import { bucketOf, ownerOf } from "./buckets.js";
 import { objectTarget } from "./objects.js";
 
@@ -66,7 +66,7 @@ export const getObjectTagging: S3Operation = async (req, { backend }) => {
 };
 
 /** Settings that are never configured: S3's "not found" answer for each. */
-const NOT_CONFIGURED: Record<string, [code: string, message: string]> = {
+const NOT_CONFIGURED: Record<string, [code: DomainErrorCode, message: string]> = {
   policy: ["NoSuchBucketPolicy", "The bucket policy does not exist"],
   cors: ["NoSuchCORSConfiguration", "The CORS configuration does not exist"],
   lifecycle: ["NoSuchLifecycleConfiguration", "The lifecycle configuration does not exist"],
@@ -94,7 +94,7 @@ export function notConfigured(subresource: string): S3Operation | undefined {
   const [code, message] = entry;
   return async (req, { backend }) => {
     await backend.headBucket(bucketOf(req));
-    throw new DomainError("NotImplemented", message, { s3Code: code });
+    throw new DomainError(code, message);
   };
 }
 

@@ -1,0 +1,42 @@
+import { type Keyring, signFencingToken } from "../fence/tokens.js";
+import type { LeaseInfo } from "../leases/lease-service.js";
+
+/** A lease as the lease API sends it (and the client SDK and CLI receive it). */
+export type Lease = {
+  leaseId: string;
+  bucket: string;
+  key?: string;
+  prefix?: string;
+  owner: string;
+  token: number;
+  /** The signed string a write carries; opaque to clients. */
+  fencingToken: string;
+  ttlMs: number;
+  acquiredAt: string;
+  expiresAt: string;
+  state: "active" | "expired" | "released";
+};
+
+export function leaseView(lease: LeaseInfo, keyring: Keyring): Lease {
+  return {
+    leaseId: lease.leaseId,
+    bucket: lease.bucket,
+    ...(lease.key !== undefined ? { key: lease.key } : { prefix: lease.prefix ?? "" }),
+    owner: lease.owner,
+    token: lease.token,
+    fencingToken: signFencingToken(
+      {
+        leaseId: lease.leaseId,
+        token: lease.token,
+        bucket: lease.bucket,
+        key: lease.key,
+        prefix: lease.prefix,
+      },
+      keyring.active,
+    ),
+    ttlMs: lease.ttlMs,
+    acquiredAt: new Date(lease.acquiredAt).toISOString(),
+    expiresAt: new Date(lease.expiresAt).toISOString(),
+    state: lease.state,
+  };
+}

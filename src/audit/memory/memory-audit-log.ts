@@ -1,0 +1,166 @@
+import { type Clock, systemClock } from "../../core/clock.js";
+import { DomainError } from "../../core/errors.js";
+import { MemoryDomain } from "../../core/tx.js";
+import {
+  type AuditDraft,
+  type AuditLog,
+  type AuditQuery,
+  type AuditRecord,
+  DEFAULT_AUDIT_LIMIT,
+  MAX_AUDIT_LIMIT,
+} from "../audit-log.js";
+import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
+
+export type MemoryAuditLogOptions = {
+  /** This gateway instance, written into every record's `gateway`. */
+  gatewayId: string;
+  clock?: Clock;
+  /** Share it with a memory backend or lease store to join their atomic steps. Default: its own. */
+  domain?: MemoryDomain;
+};
+
+export type MemoryAuditLog = AuditLog & {
+  readonly domain: MemoryDomain;
+  readonly appendInStep: (draft: AuditDraft) => AuditRecord;
+};
+
+type Stored = { record: AuditRecord; timeMs: number };
+
+/**
+ * An audit log in this process's memory, for tests and single-process setups: the embedded log's
+ * records, filters, cursors and limits, without durability. appendInStep registers its undo with
+ * the MemoryDomain, so inside another component's step the record rolls back with that step.
+ */
+export function createMemoryAuditLog({
+  gatewayId,
+  clock = systemClock,
+  domain = new MemoryDomain(),
+}: MemoryAuditLogOptions): MemoryAuditLog {
+  // In seq order, so a cursor is a binary search away.
+  const records: Stored[] = [];
+  let lastSeq = 0;
+  let closed = false;
+
+  const open = () => {
+    if (closed) throw new DomainError("ServiceUnavailable", "the memory audit log is closed");
+  };
+
+  const appendInStep = (draft: AuditDraft): AuditRecord => {
+    open();
+    const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+    const seqBefore = lastSeq;
+    const record: AuditRecord = {
+      seq: seqBefore + 1,
+      time: new Date(timeMs).toISOString(),
+      op: draft.op,
+      bucket: draft.bucket ?? null,
+      key: draft.key ?? null,
+      prefix: draft.prefix ?? null,
+      token: draft.token ?? null,
+      leaseId: draft.leaseId ?? null,
+      owner: draft.owner ?? null,
+      principal: draft.principal ?? null,
+      decision: draft.decision,
+      reason: draft.reason ?? null,
+      highestToken: draft.highestToken ?? null,
+      requestId: draft.requestId ?? null,
+      gateway: gatewayId,
+    };
+    const stored = { record, timeMs };
+    records.push(stored);
+    lastSeq = record.seq;
+    // Undos run last-in first-out: every later record of the step is gone by then.
+    domain.changed(() => {
+      const at = records.lastIndexOf(stored);
+      if (at >= 0) records.splice(at, 1);
+      lastSeq = seqBefore;
+    });
+    return { ...record };
+  };
+
+  return {
+    kind: "memory",
+    domain,
+    appendInStep,
+
+    async append(draft) {
+      return domain.run(() => appendInStep(draft));
+    },
+
+    async query(query: AuditQuery) {
+      open();
+      const matches = matcher(query);
+      const after = query.cursor === undefined ? 0 : decodeCursor(query.cursor);
+      const limit = clampLimit(query.limit);
+      const found: AuditRecord[] = [];
+      // One more than asked tells whether another page exists.
+      for (let i = firstAfter(records, after); i < records.length && found.length <= limit; i++) {
+        const stored = records[i]!;
+        if (matches(stored)) found.push(stored.record);
+      }
+      const page = found.slice(0, limit).map((record) => ({ ...record }));
+      const last = page.at(-1);
+      return { records: page, nextCursor: found.length > limit && last ? encodeCursor(last.seq) : null };
+    },
+
+    async ping() {
+      open();
+    },
+
+    async close() {
+      closed = true;
+    },
+  };
+}
+
+/** The embedded log's filters: equality on the given fields, prefix on key or lease prefix, time range. */
+function matcher(query: AuditQuery): (stored: Stored) => boolean {
+  const tests: Array<(stored: Stored) => boolean> = [];
+  const equal = <K extends keyof AuditRecord>(field: K, value: AuditRecord[K] | undefined) => {
+    if (value !== undefined) tests.push(({ record }) => record[field] === value);
+  };
+  equal("bucket", query.bucket);
+  equal("key", query.key);
+  equal("leaseId", query.leaseId);
+  equal("decision", query.decision);
+  equal("op", query.op);
+  const { prefix } = query;
+  // An empty prefix filters nothing, as in the embedded log.
+  if (prefix) {
+    tests.push(({ record }) => !!record.key?.startsWith(prefix) || !!record.prefix?.startsWith(prefix));
+  }
+  if (query.since !== undefined) {
+    const since = parseTime(query.since, "since");
+    tests.push(({ timeMs }) => timeMs >= since);
+  }
+  if (query.until !== undefined) {
+    const until = parseTime(query.until, "until");
+    tests.push(({ timeMs }) => timeMs < until);
+  }
+  return (stored) => tests.every((test) => test(stored));
+}
+
+/** The position of the first record with a seq above `seq`. */
+function firstAfter(records: readonly Stored[], seq: number): number {
+  let lo = 0;
+  let hi = records.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (records[mid]!.record.seq <= seq) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+function parseTime(value: string, field: string): number {
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms))
+    throw new DomainError("InvalidArgument", `${field} is not an ISO 8601 time: ${value}`);
+  return ms;
+}
+
+/** The API validates the bounds; this only keeps a bad caller from asking for everything. */
+function clampLimit(limit: number): number {
+  if (!Number.isFinite(limit)) return DEFAULT_AUDIT_LIMIT;
+  return Math.min(MAX_AUDIT_LIMIT, Math.max(1, Math.floor(limit)));
+}

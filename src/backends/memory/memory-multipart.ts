@@ -1,0 +1,236 @@
+import { randomBytes } from "node:crypto";
+import type { Clock } from "../../core/clock.js";
+import { DomainError } from "../../core/errors.js";
+import type { MemoryDomain } from "../../core/tx.js";
+import { listSorted } from "../list-helper.js";
+import { assertPartNumber, assertPartOrder, bareEtag, multipartEtag } from "../multipart.js";
+import {
+  type CompleteUploadInput,
+  type CreateUploadInput,
+  type CreateUploadResult,
+  type FencedCommit,
+  type ListPartsInput,
+  type ListPartsResult,
+  type ListUploadsInput,
+  type ListUploadsResult,
+  MIN_PART_SIZE,
+  type MultipartStore,
+  type MultipartUpload,
+  type PartInfo,
+  type PutObjectResult,
+  type UploadPartInput,
+  type UploadPartResult,
+  type UploadRef,
+} from "../storage-backend.js";
+import { abandoned, assertNonNegative } from "./errors.js";
+import { bufferBody } from "./memory-body.js";
+import type { MemoryObjects } from "./memory-objects.js";
+import { MemoryUploads, type PartRecord, toUpload, type UploadRecord } from "./memory-uploads.js";
+
+export type MemoryMultipartOptions = {
+  clock: Clock;
+  domain: MemoryDomain;
+  /** Uploads initiated longer ago than this are aborted by sweepAbandoned(). */
+  maxAgeMs: number;
+  /** Refuses calls once the backend is closed. */
+  assertOpen: () => void;
+};
+
+/**
+ * Multipart uploads of the memory backend, with the fs backend's rules: a part is buffered and
+ * verified before it is recorded; a completion assembles the listed parts, then commits the
+ * object in one step of the domain that checks the HCT, the conditions, and that the upload and
+ * its parts are still the ones assembled.
+ */
+export class MemoryMultipartStore implements MultipartStore {
+  private readonly uploads: MemoryUploads;
+  /** Orders uploads initiated within the same millisecond by initiation. */
+  private sequence = 0;
+
+  constructor(
+    private readonly objects: MemoryObjects,
+    private readonly opts: MemoryMultipartOptions,
+  ) {
+    this.uploads = new MemoryUploads(opts.domain, objects);
+  }
+
+  async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
+    this.opts.assertOpen();
+    await commit.prepare();
+    const initiated = this.opts.clock();
+    const uploadId = this.newUploadId(initiated);
+    const highestToken = await this.opts.domain.run(() =>
+      this.uploads.insertUpload({ ...input, uploadId, initiated }, commit),
+    );
+    return { uploadId, highestToken };
+  }
+
+  async getUpload(ref: UploadRef): Promise<MultipartUpload> {
+    this.opts.assertOpen();
+    return toUpload(this.uploads.requireUpload(ref));
+  }
+
+  async uploadPart(input: UploadPartInput, commit: FencedCommit): Promise<UploadPartResult> {
+    this.opts.assertOpen();
+    assertPartNumber(input.partNumber);
+    // Refuse before receiving the body what recording the part would refuse anyway.
+    this.uploads.requireUpload(input);
+
+    // No await before this call: the body must be read (and its errors listened to) at once.
+    const body = await bufferBody(input.body.stream);
+    const lastModified = this.opts.clock();
+    await input.body.digest;
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+    const part: PartRecord = {
+      partNumber: input.partNumber,
+      bytes: body.bytes,
+      size: body.size,
+      md5Hex: body.md5Hex,
+      lastModified,
+    };
+    const highestToken = await this.opts.domain.run(() => this.uploads.recordPart(input, part, commit));
+    return { etag: `"${body.md5Hex}"`, size: body.size, lastModified: new Date(lastModified), highestToken };
+  }
+
+  async completeUpload(input: CompleteUploadInput, commit: FencedCommit): Promise<PutObjectResult> {
+    this.opts.assertOpen();
+    assertPartOrder(input.parts);
+    const upload = this.uploads.requireUpload(input);
+    const used = selectParts(upload, input.parts);
+    const bytes = Buffer.concat(
+      used.map((part) => part.bytes),
+      used.reduce((sum, part) => sum + part.size, 0),
+    );
+    const etag = multipartEtag(used.map((part) => part.md5Hex));
+    const lastModified = this.opts.clock();
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+    const committed = await this.opts.domain.run(() =>
+      this.uploads.commitComplete({ ref: input, used, bytes, etag, lastModified, commit }),
+    );
+    return {
+      etag,
+      size: bytes.length,
+      lastModified: new Date(lastModified),
+      highestToken: committed.highestToken,
+      checksums: {},
+    };
+  }
+
+  async abortUpload(ref: UploadRef): Promise<void> {
+    this.opts.assertOpen();
+    await this.opts.domain.run(() => this.uploads.remove(ref));
+  }
+
+  async listParts(input: ListPartsInput): Promise<ListPartsResult> {
+    this.opts.assertOpen();
+    assertNonNegative("maxParts", input.maxParts);
+    const marker = input.partNumberMarker ?? 0;
+    assertNonNegative("partNumberMarker", marker);
+    const record = this.uploads.requireUpload(input);
+    const after = this.uploads.parts(record).filter((part) => part.partNumber > marker);
+    const page = after.slice(0, input.maxParts);
+    const isTruncated = after.length > input.maxParts;
+    const last = page.at(-1);
+    return {
+      upload: toUpload(record),
+      parts: page.map(toPartInfo),
+      isTruncated,
+      ...(isTruncated && last ? { nextPartNumberMarker: last.partNumber } : {}),
+    };
+  }
+
+  async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
+    this.opts.assertOpen();
+    assertNonNegative("maxUploads", input.maxUploads);
+    this.objects.requireBucket(input.bucket);
+    const marker =
+      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
+        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
+        : undefined;
+    const page = listSorted(
+      {
+        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
+        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
+        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
+        maxKeys: input.maxUploads,
+      },
+      this.uploads.seeker(input.bucket, marker),
+    );
+    const uploads = page.objects.map(toUpload);
+    const last = uploads.at(-1);
+    const result: ListUploadsResult = {
+      uploads,
+      commonPrefixes: page.commonPrefixes,
+      isTruncated: page.isTruncated,
+    };
+    if (page.isTruncated && page.nextStartAfter !== undefined) {
+      result.nextKeyMarker = page.nextStartAfter;
+      // The last entry was an upload (not a common prefix): continue within its key.
+      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
+    }
+    return result;
+  }
+
+  /** Aborts every upload initiated more than maxAgeMs ago (S3's AbortIncompleteMultipartUpload). */
+  async sweepAbandoned(): Promise<{ removed: number }> {
+    this.opts.assertOpen();
+    const cutoff = this.opts.clock() - this.opts.maxAgeMs;
+    const removed = await this.opts.domain.run(() => this.uploads.removeInitiatedBefore(cutoff));
+    return { removed };
+  }
+
+  /** How many parts the live uploads hold together (for tests: none after completion or abort). */
+  storedParts(): number {
+    return this.uploads.storedParts();
+  }
+
+  /**
+   * The initiation time, then a sequence number, then random hex: ordering by id within a key is
+   * ordering by initiation, and the same length (44) as the fs backend's ids.
+   */
+  private newUploadId(initiated: number): string {
+    const time = Math.max(0, initiated).toString(16).padStart(12, "0");
+    const sequence = (this.sequence++ % 0x1_0000_0000).toString(16).padStart(8, "0");
+    return `${time}${sequence}${randomBytes(12).toString("hex")}`;
+  }
+}
+
+/** The recorded parts a completion names, checked against S3's rules. */
+function selectParts(upload: UploadRecord, wanted: CompleteUploadInput["parts"]): PartRecord[] {
+  const used = wanted.map((part) => {
+    const record = upload.parts.get(part.partNumber);
+    if (!record || bareEtag(part.etag) !== record.md5Hex) {
+      throw new DomainError(
+        "InvalidPart",
+        "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
+        { partNumber: part.partNumber },
+      );
+    }
+    return record;
+  });
+  used.forEach((record, i) => {
+    if (i < used.length - 1 && record.size < MIN_PART_SIZE) {
+      throw new DomainError(
+        "EntityTooSmall",
+        "Your proposed upload is smaller than the minimum allowed size",
+        {
+          partNumber: record.partNumber,
+          minSizeAllowed: MIN_PART_SIZE,
+          proposedSize: record.size,
+        },
+      );
+    }
+  });
+  return used;
+}
+
+function toPartInfo(part: PartRecord): PartInfo {
+  return {
+    partNumber: part.partNumber,
+    size: part.size,
+    etag: `"${part.md5Hex}"`,
+    lastModified: new Date(part.lastModified),
+  };
+}

@@ -1,0 +1,182 @@
+import { DomainError } from "../../core/errors.js";
+import type { MemoryDomain } from "../../core/tx.js";
+import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { compareKeys, type SeekFn } from "../list-helper.js";
+import type { BucketInfo, Checksums, FencedCommit, ObjectMetadata, WriteState } from "../storage-backend.js";
+import { noSuchBucket, noSuchKey } from "./errors.js";
+import { seekSorted } from "./sorted-seek.js";
+import { change } from "./undoable.js";
+
+/** What a commit step needs of a FencedCommit. */
+export type StepCommit = Pick<FencedCommit, "fence" | "conditions" | "atomic">;
+
+/** An object's metadata as stored: the writer's, and the checksums its body was verified with. */
+export type StoredMetadata = ObjectMetadata & { checksums?: Checksums };
+
+/** One version of an object. Never modified: an overwrite stores a new one. */
+export type LiveObject = {
+  bytes: Buffer;
+  size: number;
+  etag: string;
+  lastModified: number;
+  metadata: StoredMetadata;
+};
+
+/** An object's HCT and its live version; a record without one is a tombstone. Replaced, never modified. */
+type ObjectRecord = { hct: number | null; live: LiveObject | null };
+
+export type ListRow = { key: string; size: number; etag: string; lastModified: number };
+
+export type PutCommit = LiveObject & { bucket: string; key: string; commit: StepCommit };
+
+export type CommitResult = { existed: boolean; highestToken: number | null };
+
+/**
+ * Buckets, objects and HCTs of the memory backend: the counterpart of the fs backend's
+ * FsMetadataStore. Every method is synchronous; the ones that change state run inside a step of
+ * the backend's MemoryDomain and register an undo for each change, so the HCT rule, the write
+ * conditions, FencedCommit.atomic and the change are one step that happens entirely or not at all.
+ *
+ * Objects are kept by bucket name apart from the buckets themselves, so an HCT outlives its
+ * object (a tombstone) and its bucket's deletion and re-creation (contract rule 2).
+ */
+export class MemoryObjects {
+  private readonly bucketTimes = new Map<string, number>();
+  private readonly objects = new Map<string, Map<string, ObjectRecord>>();
+
+  constructor(private readonly domain: MemoryDomain) {}
+
+  bucket(name: string): BucketInfo | null {
+    const created = this.bucketTimes.get(name);
+    return created === undefined ? null : { name, creationDate: new Date(created) };
+  }
+
+  requireBucket(name: string): BucketInfo {
+    const bucket = this.bucket(name);
+    if (!bucket) throw noSuchBucket(name);
+    return bucket;
+  }
+
+  buckets(): BucketInfo[] {
+    return [...this.bucketTimes.keys()].sort(compareKeys).map((name) => this.requireBucket(name));
+  }
+
+  /** In a step. False when the bucket already exists. */
+  createBucket(name: string, now: number): boolean {
+    if (this.bucketTimes.has(name)) return false;
+    change(this.domain, this.bucketTimes, name, now);
+    return true;
+  }
+
+  /** In a step: NoSuchBucket, BucketNotEmpty (tombstones do not count). */
+  deleteBucket(name: string): void {
+    this.requireBucket(name);
+    for (const record of this.objects.get(name)?.values() ?? []) {
+      if (record.live) {
+        throw new DomainError("BucketNotEmpty", "the bucket you tried to delete is not empty", {
+          bucket: name,
+        });
+      }
+    }
+    change(this.domain, this.bucketTimes, name, undefined);
+  }
+
+  /** The live version of an object; NoSuchBucket / NoSuchKey otherwise. */
+  live(bucket: string, key: string): LiveObject {
+    const live = this.current(bucket, key)?.live;
+    if (!live) throw noSuchKey(bucket, key);
+    return live;
+  }
+
+  /** Also answers for a bucket that no longer exists. */
+  highestToken(bucket: string, key: string): number | null {
+    return this.objects.get(bucket)?.get(key)?.hct ?? null;
+  }
+
+  /** NoSuchBucket. */
+  writeState(bucket: string, key: string): WriteState {
+    const record = this.current(bucket, key);
+    return { highestToken: record?.hct ?? null, etag: record?.live?.etag ?? null };
+  }
+
+  /**
+   * In a step: the HCT rule and the write conditions against the current object, then the
+   * commit's atomic part, then nothing else. NoSuchBucket when the bucket is gone, so that a
+   * bucket deleted since the write began is never written into.
+   */
+  checkCommit(
+    bucket: string,
+    key: string,
+    commit: StepCommit,
+    { raises }: { raises: boolean },
+  ): { live: LiveObject | null; highestToken: number | null } {
+    const record = this.current(bucket, key);
+    const current = record?.hct ?? null;
+    const next = applyFence(commit.fence, current);
+    checkWriteConditions(commit.conditions, record?.live?.etag ?? null);
+    const highestToken = raises ? next : current;
+    commit.atomic({ highestToken });
+    return { live: record?.live ?? null, highestToken };
+  }
+
+  /** In a step: the atomic end of a PutObject (or a completion). */
+  commitPut(input: PutCommit): CommitResult {
+    const { bucket, key, commit, ...version } = input;
+    const { live, highestToken } = this.checkCommit(bucket, key, commit, { raises: true });
+    this.setRecord(bucket, key, { hct: highestToken, live: version });
+    return { existed: live !== null, highestToken };
+  }
+
+  /** In a step: the atomic end of a DeleteObject. */
+  commitDelete(bucket: string, key: string, commit: StepCommit): CommitResult {
+    const { live, highestToken } = this.checkCommit(bucket, key, commit, { raises: true });
+    // The HCT outlives the object: a tombstone, even when there was nothing to delete.
+    this.setRecord(bucket, key, highestToken === null ? undefined : { hct: highestToken, live: null });
+    return { existed: live !== null, highestToken };
+  }
+
+  /** In a step: HCT := max(HCT, token), keeping the object as it is; a tombstone when there is none. */
+  raiseHighestToken(bucket: string, key: string, token: number): number {
+    const record = this.objects.get(bucket)?.get(key);
+    const current = record?.hct ?? null;
+    if (current !== null && current >= token) return current;
+    this.setRecord(bucket, key, { hct: token, live: record?.live ?? null });
+    return token;
+  }
+
+  /**
+   * A seek over a bucket's live objects in key order (UTF-8 byte order), taken from one
+   * snapshot: the listing built on it is consistent however many commits land meanwhile.
+   */
+  seeker(bucket: string): SeekFn<ListRow> {
+    const rows: ListRow[] = [];
+    for (const [key, record] of this.objects.get(bucket) ?? []) {
+      if (record.live) {
+        const { size, etag, lastModified } = record.live;
+        rows.push({ key, size, etag, lastModified });
+      }
+    }
+    rows.sort((a, b) => compareKeys(a.key, b.key));
+    return (from) =>
+      seekSorted(rows, (row) => {
+        const order = compareKeys(row.key, from.key);
+        return from.inclusive ? order >= 0 : order > 0;
+      });
+  }
+
+  /** The object's record (undefined when there is none), after checking its bucket exists. */
+  private current(bucket: string, key: string): ObjectRecord | undefined {
+    this.requireBucket(bucket);
+    return this.objects.get(bucket)?.get(key);
+  }
+
+  private setRecord(bucket: string, key: string, record: ObjectRecord | undefined): void {
+    let keys = this.objects.get(bucket);
+    if (!keys) {
+      if (!record) return;
+      keys = new Map();
+      change(this.domain, this.objects, bucket, keys);
+    }
+    change(this.domain, keys, key, record);
+  }
+}

@@ -1,0 +1,275 @@
+import { DomainError } from "../../core/errors.js";
+import { MAX_OBJECT_KEY_BYTES } from "../../core/key-rules.js";
+import type { TxDomain } from "../../core/tx.js";
+import type {
+  BucketInfo,
+  CompleteUploadInput,
+  CreateUploadInput,
+  DeleteObjectInput,
+  FencedCommit,
+  ListInput,
+  ListPartsInput,
+  ListResult,
+  ListUploadsInput,
+  ListUploadsResult,
+  MultipartStore,
+  MultipartUpload,
+  PutObjectInput,
+  RangeRequest,
+  StorageBackend,
+  UploadPartInput,
+  UploadRef,
+} from "../storage-backend.js";
+
+/**
+ * Where a gateway bucket lives: a backend, the bucket or container there, and a key prefix under
+ * which its objects are kept (several gateway buckets may share one target under different
+ * prefixes).
+ */
+export type BucketRoute = {
+  backend: StorageBackend;
+  target: string;
+  prefix: string;
+};
+
+export type RoutedBackendOptions = {
+  /** Configured gateway buckets. */
+  routes: ReadonlyMap<string, BucketRoute>;
+  /** Where every other bucket lives, under its own name and without a prefix. */
+  fallback: StorageBackend;
+};
+
+/**
+ * A StorageBackend that sends each gateway bucket to its own backend, target and prefix, and
+ * translates keys, listings and uploads on the way. The fencing core asks `domainOf(bucket)`:
+ * buckets of the embedded fs backend still get their lease checks inside its transactions when
+ * other buckets live in S3 or Azure.
+ */
+export class RoutedBackend implements StorageBackend {
+  readonly kind: string;
+  readonly multipart: MultipartStore;
+  /** Only when every bucket commits in the same domain; per bucket, see domainOf. */
+  readonly domain?: TxDomain;
+
+  constructor(private readonly opts: RoutedBackendOptions) {
+    const backends = this.backends();
+    this.kind = [...new Set(backends.map((b) => b.kind))].join("+");
+    const domains = new Set(backends.map((b) => b.domain));
+    if (domains.size === 1) {
+      const [only] = domains;
+      if (only) this.domain = only;
+    }
+    this.multipart = new RoutedMultipart(this);
+  }
+
+  /** The route of a gateway bucket. */
+  route(bucket: string): BucketRoute {
+    return this.opts.routes.get(bucket) ?? { backend: this.opts.fallback, target: bucket, prefix: "" };
+  }
+
+  domainOf(bucket: string): TxDomain | undefined {
+    return this.route(bucket).backend.domain;
+  }
+
+  /** Every distinct backend behind the gateway. */
+  backends(): StorageBackend[] {
+    return [...new Set([this.opts.fallback, ...[...this.opts.routes.values()].map((r) => r.backend)])];
+  }
+
+  /** The key in the target, refused when the prefix makes it longer than a store accepts. */
+  storeKey(route: BucketRoute, key: string): string {
+    if (route.prefix === "") return key;
+    const stored = route.prefix + key;
+    if (Buffer.byteLength(stored) > MAX_OBJECT_KEY_BYTES) {
+      throw new DomainError(
+        "KeyTooLong",
+        `object key is too long for this bucket: with its prefix it would be over ${MAX_OBJECT_KEY_BYTES} bytes`,
+        { reason: "too-long" },
+      );
+    }
+    return stored;
+  }
+
+  async listBuckets(): Promise<BucketInfo[]> {
+    const configured = [...this.opts.routes.entries()];
+    const hidden = new Set(
+      configured.filter(([, r]) => r.backend === this.opts.fallback).map(([, r]) => r.target),
+    );
+    const own = (await this.opts.fallback.listBuckets()).filter(
+      (b) => !hidden.has(b.name) || this.opts.routes.has(b.name),
+    );
+    const listed = new Map(own.map((b) => [b.name, b]));
+    for (const [name, route] of configured) {
+      if (listed.has(name)) continue;
+      const target = await route.backend.headBucket(route.target).catch(() => null);
+      if (target) listed.set(name, { name, creationDate: target.creationDate });
+    }
+    return [...listed.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  async createBucket(bucket: string): Promise<void> {
+    const route = this.route(bucket);
+    await route.backend.createBucket(route.target);
+  }
+
+  async headBucket(bucket: string): Promise<BucketInfo> {
+    const route = this.route(bucket);
+    const info = await route.backend.headBucket(route.target).catch((e) => {
+      throw renameBucket(e, bucket);
+    });
+    return { name: bucket, creationDate: info.creationDate };
+  }
+
+  async deleteBucket(bucket: string): Promise<void> {
+    const route = this.route(bucket);
+    if (route.prefix !== "") {
+      throw new DomainError(
+        "MethodNotAllowed",
+        "this bucket is a prefix of a shared store bucket, set in the configuration; it cannot be deleted through the gateway",
+      );
+    }
+    await route.backend.deleteBucket(route.target).catch((e) => {
+      throw renameBucket(e, bucket);
+    });
+  }
+
+  async writeState(bucket: string, key: string) {
+    const r = this.route(bucket);
+    return r.backend.writeState(r.target, this.storeKey(r, key)).catch((e) => {
+      throw renameBucket(e, bucket);
+    });
+  }
+
+  async putObject(input: PutObjectInput, commit: FencedCommit) {
+    const r = this.route(input.bucket);
+    return r.backend.putObject({ ...input, bucket: r.target, key: this.storeKey(r, input.key) }, commit);
+  }
+
+  async deleteObject(input: DeleteObjectInput, commit: FencedCommit) {
+    const r = this.route(input.bucket);
+    return r.backend.deleteObject({ bucket: r.target, key: this.storeKey(r, input.key) }, commit);
+  }
+
+  async raiseHighestToken(bucket: string, key: string, token: number) {
+    const r = this.route(bucket);
+    return r.backend.raiseHighestToken(r.target, this.storeKey(r, key), token);
+  }
+
+  async headObject(bucket: string, key: string) {
+    const r = this.route(bucket);
+    const info = await r.backend.headObject(r.target, this.storeKey(r, key));
+    return { ...info, key };
+  }
+
+  async getObject(bucket: string, key: string, range?: RangeRequest, signal?: AbortSignal) {
+    const r = this.route(bucket);
+    const got = await r.backend.getObject(r.target, this.storeKey(r, key), range, signal);
+    return { ...got, info: { ...got.info, key } };
+  }
+
+  async listObjects(input: ListInput): Promise<ListResult> {
+    const r = this.route(input.bucket);
+    if (r.prefix === "") return r.backend.listObjects({ ...input, bucket: r.target });
+    const result = await r.backend.listObjects({
+      ...input,
+      bucket: r.target,
+      prefix: r.prefix + (input.prefix ?? ""),
+      ...(input.startAfter !== undefined ? { startAfter: r.prefix + input.startAfter } : {}),
+    });
+    const strip = (k: string) => k.slice(r.prefix.length);
+    return {
+      objects: result.objects.map((o) => ({ ...o, key: strip(o.key) })),
+      commonPrefixes: result.commonPrefixes.map(strip),
+      isTruncated: result.isTruncated,
+      ...(result.nextStartAfter !== undefined ? { nextStartAfter: strip(result.nextStartAfter) } : {}),
+    };
+  }
+
+  async highestToken(bucket: string, key: string) {
+    const r = this.route(bucket);
+    return r.backend.highestToken(r.target, this.storeKey(r, key));
+  }
+
+  async close(): Promise<void> {
+    for (const backend of this.backends()) await backend.close();
+  }
+}
+
+/** Multipart uploads through the same routes. */
+class RoutedMultipart implements MultipartStore {
+  constructor(private readonly routed: RoutedBackend) {}
+
+  private ref<T extends UploadRef>(input: T): { store: MultipartStore; input: T; route: BucketRoute } {
+    const route = this.routed.route(input.bucket);
+    return {
+      store: route.backend.multipart,
+      route,
+      input: { ...input, bucket: route.target, key: this.routed.storeKey(route, input.key) },
+    };
+  }
+
+  private back(upload: MultipartUpload, bucket: string, route: BucketRoute): MultipartUpload {
+    return { ...upload, bucket, key: upload.key.slice(route.prefix.length) };
+  }
+
+  async createUpload(input: CreateUploadInput, commit: FencedCommit) {
+    const route = this.routed.route(input.bucket);
+    return route.backend.multipart.createUpload(
+      { ...input, bucket: route.target, key: this.routed.storeKey(route, input.key) },
+      commit,
+    );
+  }
+
+  async getUpload(ref: UploadRef) {
+    const { store, input, route } = this.ref(ref);
+    return this.back(await store.getUpload(input), ref.bucket, route);
+  }
+
+  async uploadPart(part: UploadPartInput, commit: FencedCommit) {
+    const { store, input } = this.ref(part);
+    return store.uploadPart(input, commit);
+  }
+
+  async completeUpload(complete: CompleteUploadInput, commit: FencedCommit) {
+    const { store, input } = this.ref(complete);
+    return store.completeUpload(input, commit);
+  }
+
+  async abortUpload(ref: UploadRef) {
+    const { store, input } = this.ref(ref);
+    return store.abortUpload(input);
+  }
+
+  async listParts(list: ListPartsInput) {
+    const { store, input, route } = this.ref(list);
+    const result = await store.listParts(input);
+    return { ...result, upload: this.back(result.upload, list.bucket, route) };
+  }
+
+  async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
+    const route = this.routed.route(input.bucket);
+    const p = route.prefix;
+    const result = await route.backend.multipart.listUploads({
+      ...input,
+      bucket: route.target,
+      prefix: p + (input.prefix ?? ""),
+      ...(input.keyMarker !== undefined ? { keyMarker: p + input.keyMarker } : {}),
+    });
+    const strip = (k: string) => k.slice(p.length);
+    return {
+      uploads: result.uploads.map((u) => this.back(u, input.bucket, route)),
+      commonPrefixes: result.commonPrefixes.map(strip),
+      isTruncated: result.isTruncated,
+      ...(result.nextKeyMarker !== undefined ? { nextKeyMarker: strip(result.nextKeyMarker) } : {}),
+      ...(result.nextUploadIdMarker !== undefined ? { nextUploadIdMarker: result.nextUploadIdMarker } : {}),
+    };
+  }
+}
+
+/** A store's NoSuchBucket names the target; the client asked for the gateway bucket. */
+function renameBucket(e: unknown, bucket: string): unknown {
+  if (e instanceof DomainError && e.code === "NoSuchBucket") {
+    return new DomainError("NoSuchBucket", e.message, { ...e.details, bucket });
+  }
+  return e;
+}

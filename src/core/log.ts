@@ -1,0 +1,63 @@
+import pino, { type Logger } from "pino";
+
+export type { Logger };
+
+/**
+ * JSON logs on stdout. Secrets never reach a log line: credentials, signatures, fencing
+ * token strings and the Authorization header are redacted wherever they appear.
+ *
+ * Writing never blocks the event loop: lines go to an asynchronous destination (sonic-boom,
+ * sync: false) that writes whatever has piled up while the previous write was in flight. pino
+ * flushes it synchronously when the process exits normally (process.exit, the end of the
+ * event loop), and flushLogger() flushes it on a graceful shutdown. A log line still buffered
+ * when the process is killed with SIGKILL is lost; nothing else depends on it.
+ */
+export function createLogger(
+  level: string,
+  base: Record<string, unknown> = {},
+  destination?: pino.DestinationStream,
+): Logger {
+  const options: pino.LoggerOptions = {
+    level,
+    base: { pid: process.pid, ...base },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    redact: {
+      paths: [
+        "authorization",
+        "headers.authorization",
+        "*.headers.authorization",
+        'headers["x-fence-token"]',
+        'headers["x-amz-meta-fence-token"]',
+        'headers["x-amz-security-token"]',
+        "secretAccessKey",
+        "*.secretAccessKey",
+        "fencingToken",
+        "*.fencingToken",
+        "tokenString",
+        "secret",
+        "*.secret",
+      ],
+      censor: "[redacted]",
+    },
+  };
+  return pino(options, destination ?? stdoutDestination());
+}
+
+/**
+ * Backlog bound: a stdout nobody reads must not grow the gateway without limit. Beyond it lines
+ * are dropped (sonic-boom's maxLength), which is better than running out of memory.
+ */
+const MAX_BACKLOG_BYTES = 16 * 1024 * 1024;
+
+let stdout: pino.DestinationStream | undefined;
+
+/** One asynchronous stdout destination per process, shared by every logger. */
+function stdoutDestination(): pino.DestinationStream {
+  stdout ??= pino.destination({ dest: 1, sync: false, maxLength: MAX_BACKLOG_BYTES });
+  return stdout;
+}
+
+/** Writes out what the logger has buffered (on shutdown); resolves once it is written. */
+export function flushLogger(log: Logger): Promise<void> {
+  return new Promise((resolve) => log.flush(() => resolve()));
+}

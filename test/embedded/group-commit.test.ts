@@ -1,0 +1,199 @@
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { type EmbeddedDb, EmbeddedDomain, openEmbeddedDb } from "../../src/embedded/db.js";
+import { trackChild } from "../support/processes.js";
+import { tempDir } from "../support/temp.js";
+
+/**
+ * Group commit (src/embedded/domain.ts): steps queued in one event-loop turn share one
+ * transaction, each in its own savepoint, and nobody is answered before the COMMIT.
+ */
+describe("EmbeddedDomain group commit", () => {
+  let dir: ReturnType<typeof tempDir>;
+  let db: EmbeddedDb;
+  let domain: EmbeddedDomain;
+  let trace: string[];
+
+  beforeEach(() => {
+    dir = tempDir("fencegate-domain-");
+    trace = [];
+    db = openEmbeddedDb({ dataDir: dir.path, trace: (sql) => trace.push(sql.trim()) });
+    db.exec("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL UNIQUE)");
+    domain = new EmbeddedDomain(db);
+    trace.length = 0;
+  });
+
+  afterEach(() => {
+    if (db.open) db.close();
+    dir.cleanup();
+  });
+
+  const insert = (v: string) => () => db.prepare("INSERT INTO t (v) VALUES (?)").run(v).lastInsertRowid;
+  const values = () =>
+    db
+      .prepare<[], { v: string }>("SELECT v FROM t ORDER BY id")
+      .all()
+      .map((r) => r.v);
+  const commits = () => trace.filter((s) => s === "COMMIT").length;
+
+  it("commits the steps of one turn in one transaction, in the order they were queued", async () => {
+    const results = await Promise.all(["a", "b", "c", "d"].map((v) => domain.run(insert(v))));
+    expect(results).toEqual([1, 2, 3, 4]);
+    expect(values()).toEqual(["a", "b", "c", "d"]);
+    expect(commits()).toBe(1);
+    expect(trace.filter((s) => s.startsWith("SAVEPOINT"))).toHaveLength(4);
+  });
+
+  it("runs a step alone without a savepoint", async () => {
+    await domain.run(insert("a"));
+    expect(trace).toEqual(["BEGIN IMMEDIATE", "INSERT INTO t (v) VALUES ('a')", "COMMIT"]);
+  });
+
+  it("takes back only the step that threw; its caller gets its error, the others commit", async () => {
+    const failure = new Error("refused");
+    const outcomes = await Promise.allSettled([
+      domain.run(insert("a")),
+      domain.run(() => {
+        insert("b")();
+        throw failure;
+      }),
+      domain.run(insert("a")), // UNIQUE violation: SQLite's own error, same treatment
+      domain.run(insert("c")),
+    ]);
+    expect(outcomes.map((o) => o.status)).toEqual(["fulfilled", "rejected", "rejected", "fulfilled"]);
+    expect((outcomes[1] as PromiseRejectedResult).reason).toBe(failure);
+    expect((outcomes[2] as PromiseRejectedResult).reason).toMatchObject({ code: "SQLITE_CONSTRAINT_UNIQUE" });
+    expect(values()).toEqual(["a", "c"]);
+    expect(commits()).toBe(1);
+  });
+
+  it("takes back a lone step that threw", async () => {
+    await expect(
+      domain.run(() => {
+        insert("a")();
+        throw new Error("no");
+      }),
+    ).rejects.toThrow("no");
+    expect(values()).toEqual([]);
+    expect(db.inTransaction).toBe(false);
+  });
+
+  it("answers nobody before the COMMIT, and nothing is visible outside a step before it", async () => {
+    const events: string[] = [];
+    const tracing = openEmbeddedDbTraceHook(trace, events);
+    const runs = ["a", "b"].map((v) =>
+      domain.run(insert(v)).then(() => {
+        events.push(`answered ${v}`);
+      }),
+    );
+    // Queued, not run: a read outside a step sees nothing yet.
+    expect(values()).toEqual([]);
+    await Promise.all(runs);
+    tracing.stop();
+    expect(events.indexOf("COMMIT")).toBeGreaterThanOrEqual(0);
+    expect(events.indexOf("COMMIT")).toBeLessThan(events.indexOf("answered a"));
+    expect(events.indexOf("COMMIT")).toBeLessThan(events.indexOf("answered b"));
+  });
+
+  it("fails the earlier steps of a batch whose transaction SQLite rolled back, and carries on", async () => {
+    const outcomes = await Promise.allSettled([
+      domain.run(insert("a")),
+      domain.run(() => {
+        // What SQLite does on a full disk or an I/O error: the whole transaction is gone.
+        db.exec("ROLLBACK");
+      }),
+      domain.run(insert("c")),
+    ]);
+    expect(outcomes.map((o) => o.status)).toEqual(["rejected", "rejected", "fulfilled"]);
+    expect(values()).toEqual(["c"]);
+  });
+
+  it("fails every step when the batch cannot commit", async () => {
+    const runs = [domain.run(insert("a")), domain.run(insert("b"))];
+    db.close();
+    for (const r of runs) await expect(r).rejects.toThrow(/not open/);
+  });
+
+  it("puts steps queued while a batch runs into the next batch", async () => {
+    let inner: Promise<unknown> | undefined;
+    await domain.run(() => {
+      insert("a")();
+      inner = domain.run(insert("b"));
+    });
+    expect(values()).toEqual(["a"]);
+    await inner;
+    expect(values()).toEqual(["a", "b"]);
+    expect(commits()).toBe(2);
+  });
+
+  it("groups many concurrent callers into few batches", async () => {
+    const n = 500;
+    await Promise.all(Array.from({ length: n }, (_, i) => domain.run(insert(`v${i}`))));
+    expect(values()).toHaveLength(n);
+    expect(commits()).toBe(1);
+    expect(domain.stats.largestBatch).toBe(n);
+  });
+});
+
+describe("EmbeddedDomain durability", () => {
+  it("keeps every acknowledged step of concurrent bursts across kill -9", { timeout: 30_000 }, async () => {
+    const dir = tempDir("fencegate-domain-kill-");
+    try {
+      const fixture = fileURLToPath(new URL("./fixtures/burst-forever.ts", import.meta.url));
+      const child = spawn(process.execPath, ["--import", "tsx", fixture, dir.path], {
+        stdio: ["ignore", "pipe", "inherit"],
+      });
+      trackChild(child);
+      const acked: string[] = [];
+      // Every line the child printed before it died counts: wait for the end of its output.
+      const exited = new Promise((resolve) => child.stdout.on("close", resolve));
+      await new Promise<void>((resolve, reject) => {
+        let buffered = "";
+        child.stdout.setEncoding("utf8");
+        child.stdout.on("data", (chunk: string) => {
+          buffered += chunk;
+          const lines = buffered.split("\n");
+          buffered = lines.pop()!;
+          acked.push(...lines);
+          if (acked.length >= 3000) resolve();
+        });
+        child.on("exit", () => reject(new Error(`child exited early after ${acked.length} acks`)));
+      });
+      child.kill("SIGKILL");
+      await exited;
+
+      const db = openEmbeddedDb({ dataDir: dir.path });
+      try {
+        const stored = new Set(
+          db
+            .prepare<[], { v: string }>("SELECT v FROM burst")
+            .all()
+            .map((r) => r.v),
+        );
+        const lost = acked.filter((v) => !stored.has(v));
+        expect(lost).toEqual([]);
+        // The refused steps of each burst left nothing behind.
+        expect([...stored].filter((v) => v.startsWith("refused"))).toEqual([]);
+      } finally {
+        db.close();
+      }
+    } finally {
+      dir.cleanup();
+    }
+  });
+});
+
+/** Records COMMIT in `events` as the trace sees it, until stopped. */
+function openEmbeddedDbTraceHook(trace: string[], events: string[]) {
+  const push = trace.push.bind(trace);
+  trace.push = (...sql: string[]) => {
+    for (const s of sql) if (s === "COMMIT") events.push("COMMIT");
+    return push(...sql);
+  };
+  return {
+    stop() {
+      trace.push = push;
+    },
+  };
+}

@@ -1,0 +1,141 @@
+/**
+ * What a store with a domain promises (src/core/tx.ts): synchronous reads that agree with the
+ * async ones, and lease events whose hook runs inside the store's step, so that a hook that
+ * throws (an audit record that could not be written) takes the whole event back. A store without
+ * a domain never calls the hook. Part of the lease-store contract.
+ */
+import { describe, expect, it } from "vitest";
+import type { LeaseEventHook, LeaseRecord, LeaseStore } from "../../src/leases/lease-store.js";
+import { type LeaseStoreContext, TTL } from "./lease-store-context.js";
+
+const NO_DOMAIN = "the store has no domain: no synchronous reads, and it never calls a LeaseEventHook";
+
+/** A hook that remembers what it was called with, and throws when told to. */
+function recordingHook(throwAt = Number.POSITIVE_INFINITY) {
+  const seen: LeaseRecord[] = [];
+  const failure = new Error("the audit record could not be written");
+  const hook: LeaseEventHook = (lease) => {
+    seen.push(lease);
+    if (seen.length >= throwAt) throw failure;
+  };
+  return { hook, seen, failure };
+}
+
+export function describeLeaseDomainContract(t: LeaseStoreContext): void {
+  const domainOf = (store: LeaseStore) => store.domain!;
+
+  describe("domain", () => {
+    it("offers synchronous reads exactly when it has a domain", () => {
+      expect(t.store.inDomain !== undefined).toBe(t.store.domain !== undefined);
+    });
+
+    it("answers the synchronous reads as the async ones, inside a step", async (ctx) => {
+      ctx.skip(!t.store.inDomain, NO_DOMAIN);
+      const reads = t.store.inDomain!;
+      const released = await t.grant({ bucket: "b", prefix: "p/" });
+      await t.store.release(released.leaseId);
+      const expired = await t.grant({ bucket: "b", key: "p/q" }, 1_000);
+      const active = await t.grant({ bucket: "b", key: "k" });
+      t.clock.advance(1_000);
+      const after = await t.grant({ bucket: "b", prefix: "p/q" });
+      const leases = [released, expired, active, after];
+      const keys = ["k", "p/q", "p/q/r", "p/x", "nothing"];
+
+      const sync = await domainOf(t.store).run(() => ({
+        get: [...leases.map((l) => l.leaseId), "no-such-lease"].map((id) => reads.get(id)),
+        newer: leases.map((l) => reads.findNewerOverlapping(l)),
+        covering: keys.map((key) => reads.findActiveCovering("b", key)),
+      }));
+      expect(sync).toEqual({
+        get: await Promise.all(
+          [...leases.map((l) => l.leaseId), "no-such-lease"].map((id) => t.store.get(id)),
+        ),
+        newer: await Promise.all(leases.map((l) => t.store.findNewerOverlapping(l))),
+        covering: await Promise.all(keys.map((key) => t.store.findActiveCovering("b", key))),
+      });
+      // The answers themselves, so that agreeing on nothing does not pass.
+      expect(sync.newer.map((l) => l?.leaseId ?? null)).toEqual([expired.leaseId, after.leaseId, null, null]);
+      expect(sync.covering.map((l) => l?.leaseId ?? null)).toEqual([
+        active.leaseId,
+        after.leaseId,
+        after.leaseId,
+        null,
+        null,
+      ]);
+    });
+
+    it("calls the hook once per event with the event's lease, only when it has a domain", async () => {
+      const calls = recordingHook();
+      const granted = await t.store.tryAcquire(
+        { resource: { bucket: "b", key: "k" }, ttlMs: 1_000, owner: "o" },
+        calls.hook,
+      );
+      const lease = granted.granted ? granted.lease : null;
+      await t.store.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: TTL, owner: "o" }, calls.hook);
+      const renewed = await t.store.renew(lease!.leaseId, 1_000, calls.hook);
+      const other = await t.grant({ bucket: "b", key: "other" }, 1_000);
+      const released = await t.store.release(other.leaseId, calls.hook);
+      t.clock.advance(1_000);
+      const expired = await t.store.collectExpired(calls.hook);
+      expect(expired).toEqual([renewed]);
+      expect(calls.seen).toEqual(t.store.domain ? [lease, renewed, released, renewed] : []);
+    });
+
+    describe("a hook that throws changes nothing", () => {
+      it("on a grant", async (ctx) => {
+        ctx.skip(!t.store.domain, NO_DOMAIN);
+        const held = await t.grant({ bucket: "b", key: "held" });
+        const before = await t.store.list({});
+        const calls = recordingHook(1);
+        const attempt = t.store.tryAcquire(
+          { resource: { bucket: "b", prefix: "p/" }, ttlMs: TTL, owner: "o" },
+          calls.hook,
+        );
+        await expect(attempt).rejects.toBe(calls.failure);
+        expect(calls.seen).toHaveLength(1);
+        expect(await t.store.get(calls.seen[0]!.leaseId)).toBeNull();
+        expect(await t.store.list({})).toEqual(before);
+        expect(await t.store.findActiveCovering("b", "p/x")).toBeNull();
+        expect(await t.store.findNewerOverlapping(held)).toBeNull();
+        const next = await t.grant({ bucket: "b", key: "p/x" });
+        expect(next.token).toBeGreaterThan(held.token);
+      });
+
+      it("on a renewal", async (ctx) => {
+        ctx.skip(!t.store.domain, NO_DOMAIN);
+        const lease = await t.grant({ bucket: "b", key: "k" }, 1_000);
+        t.clock.advance(500);
+        const calls = recordingHook(1);
+        await expect(t.store.renew(lease.leaseId, 5_000, calls.hook)).rejects.toBe(calls.failure);
+        expect(await t.store.get(lease.leaseId)).toEqual(lease);
+        t.clock.advance(500);
+        expect(await t.store.findActiveCovering("b", "k")).toBeNull();
+        expect((await t.store.collectExpired()).map((l) => l.leaseId)).toEqual([lease.leaseId]);
+      });
+
+      it("on a release", async (ctx) => {
+        ctx.skip(!t.store.domain, NO_DOMAIN);
+        const lease = await t.grant({ bucket: "b", prefix: "p/" });
+        const calls = recordingHook(1);
+        await expect(t.store.release(lease.leaseId, calls.hook)).rejects.toBe(calls.failure);
+        expect(calls.seen[0]?.releasedAt).toBe(t.clock());
+        expect(await t.store.get(lease.leaseId)).toEqual(lease);
+        expect(await t.store.findActiveCovering("b", "p/x")).toEqual(lease);
+        expect(await t.store.list({})).toEqual([lease]);
+        expect((await t.store.release(lease.leaseId)).releasedAt).toBe(t.clock());
+      });
+
+      it("on an expiry report, for every lease of the report", async (ctx) => {
+        ctx.skip(!t.store.domain, NO_DOMAIN);
+        const a = await t.grant({ bucket: "b", key: "a" }, 1_000);
+        const b = await t.grant({ bucket: "b", key: "b" }, 1_000);
+        t.clock.advance(1_000);
+        const calls = recordingHook(2);
+        await expect(t.store.collectExpired(calls.hook)).rejects.toBe(calls.failure);
+        expect(calls.seen).toEqual([a, b]);
+        expect(await t.store.collectExpired()).toEqual([a, b]);
+        expect(await t.store.collectExpired()).toEqual([]);
+      });
+    });
+  });
+}

@@ -1,0 +1,283 @@
+import { Writable } from "node:stream";
+import { CreateMultipartUploadCommand, HeadObjectCommand, UploadPartCommand } from "@aws-sdk/client-s3";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
+import { DomainError } from "../../src/core/errors.js";
+import { createLogger } from "../../src/core/log.js";
+import { WriteFencer } from "../../src/fence/write-fencer.js";
+import { startTestGateway, type TestGateway } from "../support/gateway.js";
+import {
+  expectS3Error,
+  objectPath,
+  parseS3Error,
+  presign,
+  rawRequest,
+  signedRequest,
+  signRequest,
+} from "../support/signed-http.js";
+
+/**
+ * Refusals that must leave things as they were and be told truthfully: DeleteObjects validated
+ * whole before anything is deleted, writes refused for their signature in the audit log (or a
+ * 503 when the log cannot take them), refusals logged below the error level, retried
+ * completions answered like S3, write conditions on every conditional write.
+ */
+
+const logLines: Array<{ level: number; msg: string; code?: string }> = [];
+const sink = new Writable({
+  write(chunk, _enc, done) {
+    for (const line of String(chunk).split("\n").filter(Boolean)) logLines.push(JSON.parse(line));
+    done();
+  },
+});
+
+let gw: TestGateway;
+const bucket = "refusals";
+
+beforeAll(async () => {
+  gw = await startTestGateway({
+    env: { FENCEGATE_FENCING: "optional" },
+    log: createLogger("info", {}, sink),
+  });
+  expect((await signedRequest(gw.url, { method: "PUT", path: `/${bucket}` })).status).toBe(200);
+});
+
+afterAll(async () => {
+  await gw?.stop();
+});
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+const put = (key: string, body: string, headers: Record<string, string> = {}) =>
+  signedRequest(gw.url, { method: "PUT", path: objectPath(bucket, key), body, headers });
+const exists = async (key: string) =>
+  (await signedRequest(gw.url, { method: "HEAD", path: objectPath(bucket, key) })).status === 200;
+const deleteObjects = (body: string) =>
+  signedRequest(gw.url, { method: "POST", path: `/${bucket}`, query: { delete: "" }, body });
+
+describe("DeleteObjects validates the whole request before deleting anything", () => {
+  it("answers MalformedXML for an Object without Key and keeps the keys listed before it", async () => {
+    for (const k of ["del/a", "del/b"]) expect((await put(k, "x")).status).toBe(200);
+    const bodies = [
+      "<Delete><Object><Key>del/a</Key></Object><Object><VersionId>null</VersionId></Object></Delete>",
+      "<Delete><Object><Key>del/a</Key></Object><Object><Key>del/b</Key><Key>del/b</Key></Object></Delete>",
+      "<Delete><Object><Key>del/a</Key></Object><Object><Key>del/b</Key><Bogus/></Object></Delete>",
+      "<Delete><Object><Key>del/a</Key></Object><Quiet>maybe</Quiet></Delete>",
+      "<Delete><Object><Key>del/a</Key><VersionId>1</VersionId><VersionId>2</VersionId></Object></Delete>",
+    ];
+    for (const body of bodies) {
+      expectS3Error(await deleteObjects(body), "MalformedXML", 400);
+      expect(await exists("del/a"), body).toBe(true);
+      expect(await exists("del/b"), body).toBe(true);
+    }
+    const conditional =
+      "<Delete><Object><Key>del/a</Key></Object><Object><Key>del/b</Key><ETag>x</ETag></Object></Delete>";
+    expectS3Error(await deleteObjects(conditional), "NotImplemented", 501);
+    expect(await exists("del/a")).toBe(true);
+  });
+
+  it("does not delete an object when a version other than null is named", async () => {
+    expect((await put("del/v", "x")).status).toBe(200);
+    const res = await deleteObjects(
+      "<Delete><Object><Key>del/v</Key><VersionId>3HL4kqtJlcpXroDTDmJ+rmSpXd3dIbrHY</VersionId></Object></Delete>",
+    );
+    expect(res.status).toBe(200);
+    expect(res.text).toContain("<Code>InvalidArgument</Code>");
+    expect(await exists("del/v")).toBe(true);
+  });
+});
+
+describe("writes refused by authentication are write decisions", () => {
+  const auditOf = async (key: string) =>
+    (await gw.leases.audit({ bucket, key })).records as Array<Record<string, unknown>>;
+
+  it("records a rejected decision with the error code and the claimed access key id", async () => {
+    const res = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "auth/forged"),
+      body: "x",
+      credentials: { accessKeyId: "fencegate", secretAccessKey: "not-the-secret" },
+    });
+    expectS3Error(res, "SignatureDoesNotMatch", 403);
+    expect(await auditOf("auth/forged")).toEqual([
+      expect.objectContaining({
+        op: "PutObject",
+        decision: "rejected",
+        reason: "SignatureDoesNotMatch",
+        principal: "fencegate",
+      }),
+    ]);
+    const unknown = await signedRequest(gw.url, {
+      method: "DELETE",
+      path: objectPath(bucket, "auth/unknown"),
+      credentials: { accessKeyId: "mallory", secretAccessKey: "whatever-secret" },
+    });
+    expectS3Error(unknown, "InvalidAccessKeyId", 403);
+    expect(await auditOf("auth/unknown")).toEqual([
+      expect.objectContaining({ op: "DeleteObject", reason: "InvalidAccessKeyId", principal: "mallory" }),
+    ]);
+    const anonymous = await rawRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "auth/anonymous"),
+      headers: { "content-length": "1" },
+      body: "x",
+    });
+    expectS3Error(anonymous, "AccessDenied", 403);
+    expect(await auditOf("auth/anonymous")).toEqual([
+      expect.objectContaining({ reason: "AccessDenied", principal: null }),
+    ]);
+    const expired = await presign(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "auth/expired"),
+      expiresIn: 60,
+      signingDate: new Date(Date.now() - 10 * 60_000),
+    });
+    const expiredRes = await rawRequest(gw.url, { method: "PUT", path: expired, body: "x" });
+    expect(expectS3Error(expiredRes, "AccessDenied", 403).Message).toBe("Request has expired");
+    expect(await auditOf("auth/expired")).toEqual([
+      expect.objectContaining({ reason: "AccessDenied", principal: "fencegate" }),
+    ]);
+  });
+
+  it("answers 503, never the refusal, when the audit log cannot take the decision", async () => {
+    vi.spyOn(WriteFencer.prototype, "recordRefusal").mockRejectedValue(
+      new DomainError("ServiceUnavailable", "the audit log could not record the decision"),
+    );
+    const res = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "auth/unrecorded"),
+      body: "x",
+      credentials: { accessKeyId: "fencegate", secretAccessKey: "not-the-secret" },
+    });
+    expectS3Error(res, "ServiceUnavailable", 503);
+  });
+});
+
+describe("logging", () => {
+  it("logs refusals, NotImplemented included, at info and never at error", async () => {
+    logLines.length = 0;
+    for (let i = 0; i < 5; i++) {
+      const res = await signedRequest(gw.url, { method: "PUT", path: `/${bucket}`, query: { policy: "" } });
+      expectS3Error(res, "NotImplemented", 501);
+    }
+    const refused = logLines.filter((l) => l.msg === "request refused" && l.code === "NotImplemented");
+    expect(refused).toHaveLength(5);
+    expect(refused.every((l) => l.level === 30)).toBe(true);
+    expect(logLines.filter((l) => l.level >= 50)).toEqual([]);
+  });
+});
+
+describe("a retried CompleteMultipartUpload is answered like S3", () => {
+  async function uploadParts(key: string) {
+    const s3 = gw.s3();
+    const { UploadId } = await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }));
+    const { ETag } = await s3.send(
+      new UploadPartCommand({ Bucket: bucket, Key: key, UploadId, PartNumber: 1, Body: "the only part" }),
+    );
+    const body = `<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>${ETag}</ETag></Part></CompleteMultipartUpload>`;
+    const complete = () =>
+      signedRequest(gw.url, {
+        method: "POST",
+        path: objectPath(bucket, key),
+        query: { uploadId: UploadId! },
+        body,
+      });
+    return { uploadId: UploadId!, complete };
+  }
+
+  it("answers a retry with the same result while the object is still that result", async () => {
+    const { complete } = await uploadParts("mpu/retried");
+    const first = await complete();
+    expect(first.status).toBe(200);
+    const again = await complete();
+    expect(again.status).toBe(200);
+    expect(again.text).toBe(first.text);
+    expect(parseEtag(again.text)).toBe(parseEtag(first.text));
+    const head = await gw.s3().send(new HeadObjectCommand({ Bucket: bucket, Key: "mpu/retried" }));
+    expect(head.ETag).toBe(parseEtag(first.text));
+  });
+
+  it("answers NoSuchUpload when the retry lists other parts or the object changed since", async () => {
+    const { uploadId, complete } = await uploadParts("mpu/changed");
+    expect((await complete()).status).toBe(200);
+    const otherParts = await signedRequest(gw.url, {
+      method: "POST",
+      path: objectPath(bucket, "mpu/changed"),
+      query: { uploadId },
+      body: `<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>"${"0".repeat(32)}"</ETag></Part></CompleteMultipartUpload>`,
+    });
+    expectS3Error(otherParts, "NoSuchUpload", 404);
+    expect((await put("mpu/changed", "overwritten")).status).toBe(200);
+    expectS3Error(await complete(), "NoSuchUpload", 404);
+  });
+
+  function parseEtag(xml: string): string {
+    return /<ETag>([^<]*)<\/ETag>/.exec(xml)![1]!.replace(/&quot;/g, '"');
+  }
+});
+
+describe("write conditions on PutObject, CopyObject and CompleteMultipartUpload", () => {
+  const copy = (key: string, headers: Record<string, string>) =>
+    signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, key),
+      headers: { "x-amz-copy-source": `${bucket}/cond/source`, ...headers },
+    });
+  async function complete(key: string, headers: Record<string, string>) {
+    const s3 = gw.s3();
+    const { UploadId } = await s3.send(new CreateMultipartUploadCommand({ Bucket: bucket, Key: key }));
+    const { ETag } = await s3.send(
+      new UploadPartCommand({ Bucket: bucket, Key: key, UploadId, PartNumber: 1, Body: "part" }),
+    );
+    return signedRequest(gw.url, {
+      method: "POST",
+      path: objectPath(bucket, key),
+      query: { uploadId: UploadId! },
+      headers,
+      body: `<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>${ETag}</ETag></Part></CompleteMultipartUpload>`,
+    });
+  }
+  const writers = {
+    PutObject: (key: string, headers: Record<string, string>) => put(key, "new", headers),
+    CopyObject: copy,
+    CompleteMultipartUpload: complete,
+  };
+
+  beforeAll(async () => {
+    expect((await put("cond/source", "source")).status).toBe(200);
+  });
+
+  for (const [op, write] of Object.entries(writers)) {
+    it(`${op}: If-None-Match: * and If-Match decide, an ETag in If-None-Match is NotImplemented`, async () => {
+      const key = `cond/${op}`;
+      expect((await write(key, { "if-none-match": "*" })).status).toBe(200);
+      expectS3Error(await write(key, { "if-none-match": "*" }), "PreconditionFailed", 412);
+      const etag = String(
+        (await signedRequest(gw.url, { method: "HEAD", path: objectPath(bucket, key) })).headers.etag,
+      );
+      expect((await write(key, { "if-match": etag })).status).toBe(200);
+      expectS3Error(await write(key, { "if-match": `"${"0".repeat(32)}"` }), "PreconditionFailed", 412);
+      expectS3Error(await write(key, { "if-none-match": etag }), "NotImplemented", 501);
+      const current = String(
+        (await signedRequest(gw.url, { method: "HEAD", path: objectPath(bucket, key) })).headers.etag,
+      );
+      expectS3Error(
+        await write(key, { "if-match": current, "if-none-match": "*" }),
+        "PreconditionFailed",
+        412,
+      );
+      const missing = await write(`${key}-missing`, { "if-match": current });
+      expect(missing.status).toBeGreaterThanOrEqual(400);
+      expect(["PreconditionFailed", "NoSuchKey"]).toContain(parseS3Error(missing.text).Code);
+      expect(await exists(`${key}-missing`)).toBe(false);
+    });
+  }
+
+  it("ignores write conditions S3 ignores on writes (If-Modified-Since, If-Unmodified-Since)", async () => {
+    const res = await put("cond/dates", "x", { "if-unmodified-since": "Thu, 01 Jan 1970 00:00:00 GMT" });
+    expect(res.status).toBe(200);
+    const sign = await signRequest(gw.url, { method: "GET", path: objectPath(bucket, "cond/dates") });
+    expect((await rawRequest(gw.url, sign)).status).toBe(200);
+  });
+});
