@@ -1,0 +1,519 @@
+/**
+ * The Azure Blob Storage backend (and ADLS Gen2 through its Blob endpoint).
+ *
+ * DESIGN
+ *
+ * Layout. A gateway bucket is the container of the same name. The object `<key>` is the block
+ * blob `<key>`: its bytes are the object's bytes, and its metadata holds fencegate's state
+ * (blob-state.ts): `fencegate` = base64url JSON {HCT, S3 ETag, headers, user metadata,
+ * checksums, write id}, plus `fencegate_hct` and `fencegate_tombstone` for people and tools
+ * reading the container directly. The blob's Content-Type, -Encoding, -Disposition, -Language,
+ * Cache-Control and Content-MD5 are set too, for direct readers. A deleted object is a tombstone:
+ * a zero-length blob at the same name whose state says deleted and keeps the HCT. fencegate's own
+ * blobs (multipart uploads) live under the meta prefix (default `.fencegate/`), which object keys
+ * may not use. A deleted bucket's container stays, marked with the container metadata
+ * `fencegate_deleted`, because its tombstones hold HCTs that must outlive the bucket.
+ *
+ * Commits. Azure changes a blob's ETag on every write, metadata included, so a conditional call
+ * is a true compare-and-swap. Every write (PutObject, CompleteMultipartUpload, DeleteObject,
+ * raiseHighestToken) reads the blob's properties, applies the HCT rule and the write conditions
+ * to the state it read, and commits with ONE conditional call: Put Blob (a body that fits in one
+ * block, kept in memory), Put Block List (a longer body, staged beforehand as blocks with unique
+ * ids on the same blob), or Set Blob Metadata (an HCT raise), with `If-Match: <ETag read>` or
+ * `If-None-Match: *` when there was no blob. A concurrent commit in between changes the ETag, the
+ * call fails (412 / 409), nothing changes, and the loop reads again (bounded, jittered). So the
+ * HCT check and the commit are one atomic step on the store (rule 3), a refused write changes
+ * nothing (rule 5), and the HCT never decreases (rule 2): every state written carries
+ * max(HCT read, token) and only lands over the state it was computed from.
+ *
+ * Staged blocks. Put Block has no conditions; staged blocks are invisible and change nothing.
+ * But a successful commit of a blob (Put Blob or Put Block List) discards every uncommitted block
+ * of that blob, so a large write whose blocks a concurrent commit to the same key discarded gets
+ * InvalidBlockList: it is refused with SlowDown (retryable), or StaleFencingToken when the
+ * concurrent commit raised the HCT above its token. It never changes anything. Blocks of a write
+ * that never commits stay until the blob's next commit, or 7 days (Azure's garbage collection).
+ *
+ * Deletes leave a tombstone whenever the object has an HCT, so a stale writer's create
+ * (`If-None-Match: *`) finds a blob and its HCT; an unfenced delete of an object without HCT
+ * removes the blob (Delete Blob, If-Match), and of a missing key writes nothing.
+ *
+ * Adoption. A blob written without fencegate (no `fencegate` metadata) is a live object: its
+ * ETag is its Content-MD5 when Azure has one, else Azure's ETag (`"0x8D…"`, changing on every
+ * write); its Azure metadata is its user metadata, its blob properties its headers. Its first
+ * fenced write (or HCT raise) makes it fenced. A blob whose `fencegate` metadata cannot be read
+ * is refused with InternalError, never read as unfenced (that would drop its HCT).
+ *
+ * Listings read List Blobs pages (with metadata) and hide tombstones, directory markers and the
+ * meta prefix; S3 order and pagination: blob-cursor.ts, list-sorted-async.ts.
+ *
+ * Buckets: containers. A container's name must follow Azure's rules (no dots, no "--"), which are
+ * stricter than S3's. deleteBucket refuses while a live object exists, aborts the uploads, and
+ * marks the container deleted; createBucket on a marked container clears the mark, so the HCTs
+ * of its tombstones still hold. Every operation on a bucket checks the mark (one Get Container
+ * Properties, in parallel with the object read). Containers are never deleted by fencegate: a
+ * paused write can land in a container after its bucket was deleted, and would then be lost with
+ * its HCT; with the container kept, it stays, invisible until the bucket is created again.
+ *
+ * ADLS Gen2 (hierarchical namespace) through the Blob endpoint. fencegate writes only with Put
+ * Blob, Put Block (List) and Set Blob Metadata, and its compare-and-swap works the same there.
+ * A file created through the DFS endpoint cannot be written with Put Block / Put Block List
+ * (Azure answers 409 BlobOperationNotSupported, mapped to InvalidRequest with an explanation);
+ * Put Blob works, so such a file can be overwritten with a body up to blockSizeBytes, deleted
+ * (a tombstone is a Put Blob) and its HCT raised. With a hierarchical namespace `/` makes real
+ * directories: keys with a trailing `/` or an empty segment (`a//b`) are refused, a key cannot
+ * be both a file and a directory of other keys (`a` and `a/b`; Azure's 409 becomes
+ * InvalidRequest), and a tombstone is a file, so a deleted `a` still blocks `a/b`. Directory
+ * blobs (`hdi_isfolder`) are not objects. Atomic rename exists only on the DFS endpoint and is
+ * not used.
+ *
+ * Azure blob leases are not used: see the note in index.ts.
+ */
+import { randomBytes } from "node:crypto";
+import { DomainError } from "../../core/errors.js";
+import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { resolveRange } from "../range.js";
+import type {
+  BucketInfo,
+  DeleteObjectInput,
+  DeleteObjectResult,
+  FencedCommit,
+  GetObjectResult,
+  ListInput,
+  ListResult,
+  ObjectInfo,
+  PutObjectInput,
+  PutObjectResult,
+  RangeRequest,
+  StorageBackend,
+  WriteState,
+} from "../storage-backend.js";
+import { AzureBuckets } from "./azure-buckets.js";
+import { abandoned, azureCode, azureStatus } from "./azure-errors.js";
+import { AzureMultipartStore } from "./azure-multipart.js";
+import { type AzureBackendOptions, createClient, resolveOptions } from "./azure-options.js";
+import { AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
+import { listObjectPage } from "./blob-listing.js";
+import {
+  type BlobView,
+  blobHeadersOf,
+  encodeState,
+  HCT_KEY,
+  liveState,
+  STATE_KEY,
+  TOMBSTONE_KEY,
+  tombstoneState,
+  viewOf,
+} from "./blob-state.js";
+import { stageBody } from "./body-stager.js";
+
+export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
+  return new AzureBackend(options);
+}
+
+const newWriteId = () => randomBytes(8).toString("hex");
+
+/** A signal for work no client waits on (HCT raises by the fencing core): only the deadline applies. */
+const NEVER = new AbortController().signal;
+
+export class AzureBackend implements StorageBackend {
+  readonly kind = "azure";
+  readonly multipart: AzureMultipartStore;
+  private readonly store: AzureStore;
+  private readonly buckets: AzureBuckets;
+  private closed = false;
+  private sweep: NodeJS.Timeout | undefined;
+  private readonly clientReady: Promise<unknown>;
+
+  constructor(options: AzureBackendOptions) {
+    const resolved = resolveOptions(options);
+    const client = createClient(options);
+    // Surfaced by ready() and by the first call; never an unhandled rejection.
+    this.clientReady = client.catch(() => undefined);
+    this.store = new AzureStore(client, resolved);
+    this.multipart = new AzureMultipartStore(this.store, () => this.assertOpen());
+    this.buckets = new AzureBuckets(this.store, this.multipart);
+    if (resolved.multipartSweepIntervalMs > 0) {
+      this.sweep = setInterval(() => {
+        // A failed sweep leaves the uploads for the next one; nothing else depends on it.
+        if (!this.closed) this.multipart.sweepAbandoned().catch(() => undefined);
+      }, resolved.multipartSweepIntervalMs);
+      this.sweep.unref();
+    }
+  }
+
+  /** Resolves once the client is built (fails when credentials cannot be loaded); for startup checks. */
+  async ready(): Promise<void> {
+    await this.clientReady;
+    await this.store.azureClient();
+  }
+
+  async listBuckets(): Promise<BucketInfo[]> {
+    this.assertOpen();
+    return this.buckets.listBuckets();
+  }
+
+  async createBucket(bucket: string): Promise<void> {
+    this.assertOpen();
+    return this.buckets.createBucket(bucket);
+  }
+
+  async headBucket(bucket: string): Promise<BucketInfo> {
+    this.assertOpen();
+    return this.buckets.headBucket(bucket);
+  }
+
+  async deleteBucket(bucket: string): Promise<void> {
+    this.assertOpen();
+    return this.buckets.deleteBucket(bucket);
+  }
+
+  async writeState(bucket: string, key: string): Promise<WriteState> {
+    this.assertOpen();
+    const view = await this.store.readView(bucket, key, undefined, true);
+    return { highestToken: view.hct, etag: view.live ? view.s3Etag : null };
+  }
+
+  async putObject(input: PutObjectInput, commit: FencedCommit): Promise<PutObjectResult> {
+    this.assertOpen();
+    const { bucket, key, body } = input;
+    this.store.assertKeySync(key);
+    if (!isAzureContainerName(bucket)) throw noSuchBucket(bucket);
+    const at = { op: "put" as const, bucket, key };
+    // No await before this call: the body must be read (and its errors listened to) at once.
+    const staged = await stageBody(body.stream, {
+      blob: this.store.blob(bucket, key),
+      blockSize: this.store.opts.blockSizeBytes,
+      calls: this.store.calls,
+      signal: commit.signal,
+      what: `${bucket}/${key}`,
+    });
+    await this.store.assertKey(key);
+    await this.store.hook("body-staged", at);
+    const { checksums } = await body.digest;
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+
+    const etag = `"${staged.md5.toString("hex")}"`;
+    const writeId = newWriteId();
+    const blob = await this.store.blob(bucket, key);
+    const blobHTTPHeaders = blobHeadersOf(input.metadata.headers, staged.md5);
+    const result = (highestToken: number | null, lastModified: Date | undefined): PutObjectResult => ({
+      etag,
+      size: staged.size,
+      lastModified: lastModified ?? new Date(),
+      highestToken,
+      checksums,
+    });
+    let blocksLost = false;
+    return this.store.commitLoop(
+      at,
+      commit.signal,
+      (view) => {
+        const highestToken = applyFence(commit.fence, view.hct);
+        checkWriteConditions(commit.conditions, view.live ? view.s3Etag : null);
+        if (blocksLost) throw blocksDiscarded();
+        const metadata = encodeState(
+          liveState(
+            highestToken,
+            etag,
+            input.metadata.headers,
+            input.metadata.userMetadata,
+            checksums,
+            writeId,
+          ),
+        );
+        return {
+          send: (conditions, abortSignal) =>
+            staged.kind === "buffer"
+              ? blob.upload(staged.data, staged.size, {
+                  conditions,
+                  metadata,
+                  blobHTTPHeaders,
+                  abortSignal,
+                })
+              : blob.commitBlockList(staged.blockIds, { conditions, metadata, blobHTTPHeaders, abortSignal }),
+          finish: (answer) => result(highestToken, (answer as { lastModified?: Date }).lastModified),
+          ...(staged.kind === "blocks"
+            ? {
+                blocksLost: async () => {
+                  blocksLost = true;
+                },
+              }
+            : {}),
+        };
+      },
+      { checkContainer: true, writeId, landed: (view) => result(view.hct, view.info?.lastModified) },
+    );
+  }
+
+  async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
+    this.assertOpen();
+    const { bucket, key } = input;
+    this.store.assertKeySync(key);
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+    const writeId = newWriteId();
+    const blob = await this.store.blob(bucket, key);
+    let existed = false;
+    return this.store.commitLoop(
+      { op: "delete", bucket, key },
+      commit.signal,
+      (view) => {
+        const highestToken = applyFence(commit.fence, view.hct);
+        checkWriteConditions(commit.conditions, view.live ? view.s3Etag : null);
+        existed = view.live;
+        const finish = () => ({ existed: view.live, highestToken });
+        if (highestToken === null) {
+          // No HCT to keep: a live object goes away, a missing one needs nothing.
+          if (!view.live) return { finish };
+          return {
+            send: (conditions, abortSignal) =>
+              blob.delete({ conditions, deleteSnapshots: "include", abortSignal }),
+            finish,
+          };
+        }
+        if (!view.live && view.state?.deleted && view.hct === highestToken) return { finish };
+        const metadata = encodeState(tombstoneState(highestToken, writeId));
+        return {
+          send: (conditions, abortSignal) =>
+            blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal }),
+          finish,
+        };
+      },
+      { checkContainer: true, writeId, landed: (view) => ({ existed, highestToken: view.hct }) },
+    );
+  }
+
+  async raiseHighestToken(bucket: string, key: string, token: number): Promise<number> {
+    this.assertOpen();
+    if (!(Number.isSafeInteger(token) && token >= 0)) {
+      throw new DomainError("InvalidArgument", "a fencing token must be a non-negative integer");
+    }
+    try {
+      return await this.raise(bucket, key, token);
+    } catch (e) {
+      if (!(e instanceof DomainError && e.code === "NoSuchBucket") || !isAzureContainerName(bucket)) throw e;
+    }
+    // The HCT must outlive a bucket that does not exist (yet): keep it in a container marked
+    // deleted, which createBucket turns into the bucket, tombstone and all.
+    const container = await this.store.container(bucket);
+    await this.store.calls
+      .run(
+        `create container ${bucket} for an HCT`,
+        NEVER,
+        (abortSignal) =>
+          container.create({
+            metadata: { [CONTAINER_DELETED]: new Date(this.store.opts.clock()).toISOString() },
+            abortSignal,
+          }),
+        (e) => azureStatus(e) === 409,
+      )
+      .catch((e: unknown) => {
+        if (azureStatus(e) !== 409) throw e;
+      });
+    return this.raise(bucket, key, token);
+  }
+
+  private async raise(bucket: string, key: string, token: number): Promise<number> {
+    const writeId = newWriteId();
+    const blob = await this.store.blob(bucket, key);
+    return this.store.commitLoop(
+      { op: "raise", bucket, key },
+      NEVER,
+      (view) => {
+        if (view.hct !== null && view.hct >= token) return { finish: () => view.hct! };
+        const finish = () => token;
+        if (!view.exists) {
+          const metadata = encodeState(tombstoneState(token, writeId));
+          return {
+            send: (conditions, abortSignal) =>
+              blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal }),
+            finish,
+          };
+        }
+        const metadata = {
+          ...withoutState(view.rawMetadata),
+          ...encodeState(raisedState(view, token, writeId)),
+        };
+        return {
+          send: (conditions, abortSignal) => blob.setMetadata(metadata, { conditions, abortSignal }),
+          finish,
+        };
+      },
+      { checkContainer: false, writeId, landed: () => token },
+    );
+  }
+
+  async headObject(bucket: string, key: string): Promise<ObjectInfo> {
+    this.assertOpen();
+    const view = await this.readObject(bucket, key);
+    return { key, ...view.info! };
+  }
+
+  async getObject(
+    bucket: string,
+    key: string,
+    range?: RangeRequest,
+    signal?: AbortSignal,
+  ): Promise<GetObjectResult> {
+    this.assertOpen();
+    if (range === undefined) {
+      // One call: the body and the properties of the same version.
+      const blob = await this.requireObjectBlob(bucket, key, signal);
+      const bucketCheck = this.store.requireBucket(bucket, signal);
+      bucketCheck.catch(() => undefined);
+      const answer = await this.download(blob, bucket, key, signal, 0, undefined, undefined);
+      const view = viewOf(answer, `${bucket}/${key}`);
+      const body = answer.readableStreamBody!;
+      try {
+        await bucketCheck;
+        if (!view.live) throw noSuchKey(bucket, key);
+      } catch (e) {
+        body.destroy();
+        throw e;
+      }
+      return { info: { key, ...view.info! }, body: body as GetObjectResult["body"] };
+    }
+    // A range needs the size first; the download then asks for that very version (If-Match).
+    for (let attempt = 1; ; attempt++) {
+      const view = await this.readObject(bucket, key, signal);
+      const served = resolveRange(range, view.info!.size);
+      const blob = await this.store.blob(bucket, key);
+      let answer: Awaited<ReturnType<AzureBackend["download"]>>;
+      try {
+        answer = await this.download(
+          blob,
+          bucket,
+          key,
+          signal,
+          served?.start ?? 0,
+          served ? served.end - served.start + 1 : undefined,
+          view.azureEtag!,
+        );
+      } catch (e) {
+        // Overwritten or deleted between the two calls: look again.
+        if ((azureStatus(e) === 412 || azureStatus(e) === 404) && attempt < 10) continue;
+        throw e;
+      }
+      const body = answer.readableStreamBody! as GetObjectResult["body"];
+      const info = { key, ...view.info! };
+      return served ? { info, body, range: served } : { info, body };
+    }
+  }
+
+  private async download(
+    blob: Awaited<ReturnType<AzureStore["blob"]>>,
+    bucket: string,
+    key: string,
+    signal: AbortSignal | undefined,
+    offset: number,
+    count: number | undefined,
+    ifMatch: string | undefined,
+  ) {
+    try {
+      return await this.store.calls.runStream(
+        `get ${bucket}/${key}`,
+        signal,
+        (abortSignal) =>
+          blob.download(offset, count, {
+            abortSignal,
+            maxRetryRequests: 3,
+            ...(ifMatch ? { conditions: { ifMatch } } : {}),
+          }),
+        (answer) => answer.readableStreamBody as GetObjectResult["body"] | undefined,
+        (e) => azureStatus(e) === 404 || (ifMatch !== undefined && azureStatus(e) === 412),
+      );
+    } catch (e) {
+      if (ifMatch !== undefined) throw e;
+      if (azureStatus(e) === 404) {
+        if (azureCode(e) === "ContainerNotFound") throw noSuchBucket(bucket);
+        await this.store.requireBucket(bucket, signal);
+        throw noSuchKey(bucket, key);
+      }
+      throw e;
+    }
+  }
+
+  async listObjects(input: ListInput): Promise<ListResult> {
+    this.assertOpen();
+    if (!Number.isSafeInteger(input.maxKeys) || input.maxKeys < 0) {
+      throw new DomainError("InvalidArgument", "maxKeys must be a non-negative integer");
+    }
+    await this.store.requireBucket(input.bucket);
+    return listObjectPage(this.store, await this.store.container(input.bucket), input);
+  }
+
+  /** Also answers for a bucket that was deleted: its tombstones keep their HCTs. */
+  async highestToken(bucket: string, key: string): Promise<number | null> {
+    this.assertOpen();
+    try {
+      return (await this.store.readView(bucket, key)).hct;
+    } catch (e) {
+      if (e instanceof DomainError && e.code === "NoSuchBucket") return null;
+      throw e;
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearInterval(this.sweep);
+  }
+
+  assertOpen(): void {
+    if (this.closed) throw new DomainError("ServiceUnavailable", "the azure backend is closed");
+  }
+
+  /** The live object's view; NoSuchBucket, NoSuchKey. */
+  private async readObject(bucket: string, key: string, signal?: AbortSignal): Promise<BlobView> {
+    if (this.isMetaKey(key)) {
+      await this.store.requireBucket(bucket, signal);
+      throw noSuchKey(bucket, key);
+    }
+    const view = await this.store.readView(bucket, key, signal, true);
+    if (!view.live) throw noSuchKey(bucket, key);
+    return view;
+  }
+
+  private async requireObjectBlob(bucket: string, key: string, signal?: AbortSignal) {
+    if (!isAzureContainerName(bucket)) throw noSuchBucket(bucket);
+    if (this.isMetaKey(key)) {
+      await this.store.requireBucket(bucket, signal);
+      throw noSuchKey(bucket, key);
+    }
+    return this.store.blob(bucket, key);
+  }
+
+  private isMetaKey(key: string): boolean {
+    const meta = this.store.opts.metaPrefix;
+    return key.startsWith(meta) || key === meta.slice(0, -1);
+  }
+}
+
+const noSuchKey = (bucket: string, key: string) =>
+  new DomainError("NoSuchKey", "the specified key does not exist", { bucket, key });
+
+const blocksDiscarded = () =>
+  new DomainError(
+    "SlowDown",
+    "a concurrent write to the same key committed first and discarded this write's staged blocks; nothing was changed, retry the request",
+    { retryAfterSeconds: 1 },
+  );
+
+const STATE_KEYS = new Set([STATE_KEY, HCT_KEY, TOMBSTONE_KEY]);
+
+/** The blob's own metadata without fencegate's entries (kept when only the HCT is raised). */
+function withoutState(raw: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(raw)) if (!STATE_KEYS.has(name.toLowerCase())) out[name] = value;
+  return out;
+}
+
+/** The state of a blob whose HCT is raised to `token`, everything else as it was. */
+function raisedState(view: BlobView, token: number, writeId: string) {
+  if (view.state) return { ...view.state, hct: token, w: writeId };
+  if (view.live && view.info) {
+    // Adopted: the ETag, headers and metadata it showed so far become its stored state.
+    return liveState(token, view.s3Etag!, view.info.headers, view.info.userMetadata, undefined, writeId);
+  }
+  return tombstoneState(token, writeId); // a directory marker
+}

@@ -1,0 +1,567 @@
+import { randomBytes } from "node:crypto";
+import type { BlobItem, BlockBlobClient, ContainerClient } from "@azure/storage-blob";
+import { DomainError } from "../../core/errors.js";
+import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
+import { assertPartNumber, assertPartOrder, bareEtag, multipartEtag } from "../multipart.js";
+import {
+  type CompleteUploadInput,
+  type CreateUploadInput,
+  type CreateUploadResult,
+  type FencedCommit,
+  type ListPartsInput,
+  type ListPartsResult,
+  type ListUploadsInput,
+  type ListUploadsResult,
+  MIN_PART_SIZE,
+  type MultipartStore,
+  type MultipartUpload,
+  type PutObjectResult,
+  type UploadPartInput,
+  type UploadPartResult,
+  type UploadRef,
+} from "../storage-backend.js";
+import { abandoned, azureStatus } from "./azure-errors.js";
+import { type AzureStore, isAzureContainerName, noSuchBucket } from "./azure-store.js";
+import { blobPages } from "./blob-listing.js";
+import { blobHeadersOf, encodeState, liveState } from "./blob-state.js";
+import { stageBody } from "./body-stager.js";
+import { assembleParts, type ListedPart } from "./part-assembly.js";
+import {
+  decodePart,
+  decodeUpload,
+  encodeJson,
+  isUploadId,
+  newUploadId,
+  noSuchUpload,
+  PART_META,
+  type PartRecord,
+  parsePartName,
+  partBlobName,
+  partsPrefix,
+  toPartInfo,
+  toUpload,
+  UPLOAD_META,
+  type UploadRecord,
+  uploadBlobName,
+  uploadsPrefix,
+} from "./upload-records.js";
+
+/**
+ * Multipart uploads on Azure.
+ *
+ * Blocks cannot move between blobs, and a blob's uncommitted blocks vanish when anyone commits
+ * that blob, so parts are NOT staged on the object's blob while the upload is open (an ordinary
+ * PutObject to the key would destroy them). Each part is a hidden blob of its own under the meta
+ * prefix (upload-records.ts), written with Put Blob or Put Block List like an object's body; the
+ * upload itself is a zero-length record blob. Completion then:
+ *  1. checks the part list against the recorded parts (InvalidPart, EntityTooSmall) and the HCT
+ *     rule early (a doomed completion copies nothing), calls prepare(), and checks again that the
+ *     upload and the parts it uses are unchanged;
+ *  2. stages the parts' bytes as blocks on the object's blob: Stage Block From URL (a server-side
+ *     copy, signed with a short SAS) where the service offers it, else by streaming each part blob
+ *     through the gateway (Azurite implements no Stage Block From URL);
+ *  3. commits them with the same conditional Put Block List as a PutObject (the HCT rule and the
+ *     conditions against the state read, If-Match / If-None-Match), re-staging up to twice when a
+ *     concurrent commit discarded the blocks;
+ *  4. removes the record and the part blobs (a crash here leaves them for the sweep).
+ * Creating an upload and uploading a part check the HCT rule against the object but write only
+ * fencegate's own blobs. sweepAbandoned() removes uploads older than multipartMaxAgeMs and part
+ * blobs whose upload is gone, in every container.
+ */
+
+const RESTAGE_ATTEMPTS = 2;
+
+type ListedUpload = MultipartUpload & { record: UploadRecord };
+
+export class AzureMultipartStore implements MultipartStore {
+  constructor(
+    private readonly store: AzureStore,
+    private readonly assertOpen: () => void,
+  ) {}
+
+  private get meta(): string {
+    return this.store.opts.metaPrefix;
+  }
+
+  async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
+    this.assertOpen();
+    await this.store.assertKey(input.key);
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+    const view = await this.store.readView(input.bucket, input.key, commit.signal, true);
+    // Creating an upload changes nothing visible: the HCT rule is checked, the HCT not raised.
+    applyFence(commit.fence, view.hct);
+    checkWriteConditions(commit.conditions, view.live ? view.s3Etag : null);
+    const initiated = this.store.opts.clock();
+    const uploadId = newUploadId(initiated);
+    const record: UploadRecord = {
+      key: input.key,
+      metadata: input.metadata,
+      token: input.token,
+      leaseId: input.leaseId,
+      initiator: input.initiator,
+      initiated,
+    };
+    const blob = await this.store.blob(input.bucket, uploadBlobName(this.meta, uploadId));
+    await this.store.calls.run(`create upload ${uploadId}`, commit.signal, (abortSignal) =>
+      blob.upload(Buffer.alloc(0), 0, {
+        metadata: { [UPLOAD_META]: encodeJson(record) },
+        conditions: { ifNoneMatch: "*" },
+        abortSignal,
+      }),
+    );
+    return { uploadId, highestToken: view.hct };
+  }
+
+  async getUpload(ref: UploadRef): Promise<MultipartUpload> {
+    this.assertOpen();
+    return (await this.requireUpload(ref)).upload;
+  }
+
+  async uploadPart(input: UploadPartInput, commit: FencedCommit): Promise<UploadPartResult> {
+    this.assertOpen();
+    assertPartNumber(input.partNumber);
+    if (!isUploadId(input.uploadId)) throw noSuchUpload(input.uploadId);
+    if (!isAzureContainerName(input.bucket)) throw noSuchBucket(input.bucket);
+    const name = partBlobName(this.meta, input.uploadId, input.partNumber);
+    // The body is read at once (its errors listened to); the upload is looked up meanwhile.
+    const staging = stageBody(input.body.stream, {
+      blob: this.store.blob(input.bucket, name),
+      blockSize: this.store.opts.blockSizeBytes,
+      calls: this.store.calls,
+      signal: commit.signal,
+      what: `part ${input.partNumber} of upload ${input.uploadId}`,
+    });
+    const lookup = this.requireUpload(input, commit.signal);
+    // An unknown upload stops the body at once: nothing is staged for it.
+    lookup.catch(() => input.body.stream.destroy());
+    const [staged, upload] = await Promise.allSettled([staging, lookup]);
+    if (upload.status === "rejected") {
+      input.body.digest.catch(() => undefined);
+      throw upload.reason;
+    }
+    if (staged.status === "rejected") throw staged.reason;
+    const body = staged.value;
+    await input.body.digest;
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+
+    // A part changes nothing visible: the HCT rule is checked against the object, not raised.
+    const view = await this.store.readView(input.bucket, input.key, commit.signal);
+    applyFence(commit.fence, view.hct);
+    const at = this.store.opts.clock();
+    const md5 = body.md5.toString("hex");
+    const metadata = { [PART_META]: encodeJson({ md5, size: body.size, at } satisfies PartRecord) };
+    const blob = await this.store.blob(input.bucket, name);
+    if (commit.signal.aborted) throw abandoned();
+    await this.store.calls.run(
+      `write part ${input.partNumber} of upload ${input.uploadId}`,
+      commit.signal,
+      (abortSignal) =>
+        body.kind === "buffer"
+          ? blob.upload(body.data, body.size, { metadata, abortSignal })
+          : blob.commitBlockList(body.blockIds, { metadata, abortSignal }),
+    );
+    // Aborted or completed meanwhile: the part must not outlive its upload.
+    try {
+      await this.requireUpload(input);
+    } catch (e) {
+      await this.removeBlob(blob);
+      throw e;
+    }
+    return { etag: `"${md5}"`, size: body.size, lastModified: new Date(at), highestToken: view.hct };
+  }
+
+  async completeUpload(input: CompleteUploadInput, commit: FencedCommit): Promise<PutObjectResult> {
+    this.assertOpen();
+    assertPartOrder(input.parts);
+    const { upload } = await this.requireUpload(input, commit.signal);
+    const used = this.selectParts(input, await this.readParts(input.bucket, input.uploadId));
+    const etag = multipartEtag(used.map((part) => part.md5));
+    const size = used.reduce((sum, part) => sum + part.size, 0);
+    const at = { op: "complete" as const, bucket: input.bucket, key: input.key };
+
+    // A completion the HCT or the conditions refuse already copies nothing.
+    const early = await this.store.readView(input.bucket, input.key, commit.signal, true);
+    applyFence(commit.fence, early.hct);
+    checkWriteConditions(commit.conditions, early.live ? early.s3Etag : null);
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+    await this.assertUnchanged(input, used, commit.signal);
+
+    const blob = await this.store.blob(input.bucket, input.key);
+    let blockIds = await this.assemble(input, blob, used, size, commit.signal);
+    await this.store.hook("body-staged", at);
+    const writeId = randomBytes(8).toString("hex");
+    const blobHTTPHeaders = blobHeadersOf(upload.metadata.headers);
+    let restaged = 0;
+    const result = await this.store.commitLoop(
+      at,
+      commit.signal,
+      (view) => {
+        const highestToken = applyFence(commit.fence, view.hct);
+        checkWriteConditions(commit.conditions, view.live ? view.s3Etag : null);
+        const metadata = encodeState(
+          liveState(
+            highestToken,
+            etag,
+            upload.metadata.headers,
+            upload.metadata.userMetadata,
+            undefined,
+            writeId,
+          ),
+        );
+        return {
+          send: (conditions, abortSignal) =>
+            blob.commitBlockList(blockIds, { conditions, metadata, blobHTTPHeaders, abortSignal }),
+          finish: (answer) => ({
+            etag,
+            size,
+            lastModified: (answer as { lastModified?: Date }).lastModified ?? new Date(),
+            highestToken,
+            checksums: {},
+          }),
+          blocksLost: async () => {
+            // The parts are still there: stage them again, a bounded number of times.
+            if (++restaged > RESTAGE_ATTEMPTS) {
+              throw new DomainError(
+                "SlowDown",
+                "concurrent writes to this key keep discarding the completion's staged blocks; nothing was changed, retry",
+                { retryAfterSeconds: 1 },
+              );
+            }
+            await this.assertUnchanged(input, used, commit.signal);
+            blockIds = await this.assemble(input, blob, used, size, commit.signal);
+          },
+        };
+      },
+      {
+        checkContainer: false,
+        writeId,
+        landed: (view) => ({
+          etag,
+          size,
+          lastModified: view.info?.lastModified ?? new Date(),
+          highestToken: view.hct,
+          checksums: {},
+        }),
+      },
+    );
+    // Committed: a failure to clean up must not turn the answer into an error (the sweep retries).
+    await this.removeUpload(input.bucket, input.uploadId).catch((e: unknown) => {
+      this.store.opts.log?.warn(
+        { err: e, uploadId: input.uploadId },
+        "azure: could not remove a completed upload",
+      );
+    });
+    return result;
+  }
+
+  async abortUpload(ref: UploadRef): Promise<void> {
+    this.assertOpen();
+    await this.requireUpload(ref);
+    await this.removeUpload(ref.bucket, ref.uploadId);
+  }
+
+  async listParts(input: ListPartsInput): Promise<ListPartsResult> {
+    this.assertOpen();
+    assertNonNegative("maxParts", input.maxParts);
+    const marker = input.partNumberMarker ?? 0;
+    assertNonNegative("partNumberMarker", marker);
+    const { upload } = await this.requireUpload(input);
+    const all = (await this.readParts(input.bucket, input.uploadId)).filter((p) => p.partNumber > marker);
+    const page = all.slice(0, input.maxParts);
+    const isTruncated = all.length > input.maxParts;
+    const last = page.at(-1);
+    return {
+      upload,
+      parts: page.map((part) => toPartInfo(part.partNumber, part)),
+      isTruncated,
+      ...(isTruncated && last ? { nextPartNumberMarker: last.partNumber } : {}),
+    };
+  }
+
+  /**
+   * Reads all of the bucket's upload records (one listing of `<meta>uploads/`) and pages through
+   * them in memory: uploads are few, and their blob names (by id) do not sort by key.
+   */
+  async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
+    this.assertOpen();
+    assertNonNegative("maxUploads", input.maxUploads);
+    await this.store.requireBucket(input.bucket);
+    const uploads = await this.listUploadRecords(input.bucket);
+    uploads.sort((a, b) => compareKeys(a.key, b.key) || (a.uploadId < b.uploadId ? -1 : 1));
+    const marker =
+      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
+        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
+        : undefined;
+    const page = listSorted(
+      {
+        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
+        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
+        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
+        maxKeys: input.maxUploads,
+      },
+      (from) => seekUploads(uploads, from, marker),
+    );
+    const result: ListUploadsResult = {
+      uploads: page.objects.map(({ record: _record, ...upload }) => upload),
+      commonPrefixes: page.commonPrefixes,
+      isTruncated: page.isTruncated,
+    };
+    const last = result.uploads.at(-1);
+    if (page.isTruncated && page.nextStartAfter !== undefined) {
+      result.nextKeyMarker = page.nextStartAfter;
+      // The last entry was an upload (not a common prefix): continue within its key.
+      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
+    }
+    return result;
+  }
+
+  /**
+   * Aborts every upload initiated more than multipartMaxAgeMs ago, in every container (or in
+   * `buckets`), and removes part blobs whose upload is gone (left by a crash, or by a part that
+   * raced an abort).
+   */
+  async sweepAbandoned(scope: { buckets?: readonly string[] } = {}): Promise<{ removed: number }> {
+    this.assertOpen();
+    const cutoff = this.store.opts.clock() - this.store.opts.multipartMaxAgeMs;
+    let removed = 0;
+    const containers: string[] = [];
+    if (scope.buckets) {
+      containers.push(...scope.buckets);
+    } else {
+      const service = await this.store.service();
+      let marker: string | undefined;
+      do {
+        const page = await this.store.calls.run("list containers", undefined, async (abortSignal) => {
+          const pages = service
+            .listContainers({ abortSignal })
+            .byPage({ maxPageSize: 5000, ...(marker ? { continuationToken: marker } : {}) });
+          return (await pages.next()).value;
+        });
+        for (const item of page?.containerItems ?? []) containers.push(item.name);
+        marker = page?.continuationToken || undefined;
+      } while (marker);
+    }
+    for (const bucket of containers) {
+      const uploads = await this.listUploadRecords(bucket);
+      for (const upload of uploads) {
+        if (upload.record.initiated >= cutoff) continue;
+        await this.removeUpload(bucket, upload.uploadId);
+        removed++;
+      }
+      const live = new Set(uploads.filter((u) => u.record.initiated >= cutoff).map((u) => u.uploadId));
+      const container = await this.store.container(bucket);
+      for await (const item of this.listBlobs(container, partsPrefix(this.meta))) {
+        const part = parsePartName(this.meta, item.name);
+        if (part && live.has(part.uploadId)) continue;
+        // Created after this sweep listed the uploads? Then its record exists: look once more.
+        if (part && (await this.uploadExists(bucket, part.uploadId))) continue;
+        await this.removeBlob(container.getBlockBlobClient(item.name));
+      }
+    }
+    return { removed };
+  }
+
+  /** Removes every upload of a bucket (its meta prefix): part of deleting the bucket. */
+  async removeAll(bucket: string): Promise<void> {
+    const container = await this.store.container(bucket);
+    for await (const item of this.listBlobs(container, this.meta)) {
+      await this.removeBlob(container.getBlockBlobClient(item.name));
+    }
+  }
+
+  // ---- internals ----
+
+  private async requireUpload(
+    ref: UploadRef,
+    signal?: AbortSignal,
+  ): Promise<{ upload: MultipartUpload; record: UploadRecord }> {
+    if (!isUploadId(ref.uploadId)) throw noSuchUpload(ref.uploadId);
+    if (!isAzureContainerName(ref.bucket)) throw noSuchBucket(ref.bucket);
+    const name = uploadBlobName(this.meta, ref.uploadId);
+    const blob = await this.store.blob(ref.bucket, name);
+    let props: Awaited<ReturnType<BlockBlobClient["getProperties"]>>;
+    try {
+      props = await this.store.calls.run(
+        `read upload ${ref.uploadId}`,
+        signal,
+        (abortSignal) => blob.getProperties({ abortSignal }),
+        (e) => azureStatus(e) === 404,
+      );
+    } catch (e) {
+      if (azureStatus(e) !== 404) throw e;
+      await this.store.requireBucket(ref.bucket, signal);
+      throw noSuchUpload(ref.uploadId);
+    }
+    const record = decodeUpload(props.metadata, `${ref.bucket}/${name}`);
+    if (record.key !== ref.key) throw noSuchUpload(ref.uploadId);
+    return { upload: toUpload(ref.bucket, ref.uploadId, record), record };
+  }
+
+  private async uploadExists(bucket: string, uploadId: string): Promise<boolean> {
+    const blob = await this.store.blob(bucket, uploadBlobName(this.meta, uploadId));
+    try {
+      await this.store.calls.run(
+        `read upload ${uploadId}`,
+        undefined,
+        (abortSignal) => blob.getProperties({ abortSignal }),
+        (e) => azureStatus(e) === 404,
+      );
+      return true;
+    } catch (e) {
+      if (azureStatus(e) === 404) return false;
+      throw e;
+    }
+  }
+
+  private async *listBlobs(container: ContainerClient, prefix: string): AsyncGenerator<BlobItem> {
+    const fetch = blobPages(this.store, container, prefix, 5000);
+    let marker: string | undefined;
+    do {
+      const page = await fetch(marker ? { marker } : {});
+      yield* page.items;
+      marker = page.nextMarker;
+    } while (marker);
+  }
+
+  private async listUploadRecords(bucket: string): Promise<ListedUpload[]> {
+    const container = await this.store.container(bucket);
+    const uploads: ListedUpload[] = [];
+    for await (const item of this.listBlobs(container, uploadsPrefix(this.meta))) {
+      const uploadId = item.name.slice(uploadsPrefix(this.meta).length);
+      if (!isUploadId(uploadId)) continue;
+      const record = decodeUpload(item.metadata, `${bucket}/${item.name}`);
+      uploads.push({ ...toUpload(bucket, uploadId, record), record });
+    }
+    return uploads;
+  }
+
+  /** The upload's parts in part number order. */
+  private async readParts(bucket: string, uploadId: string): Promise<ListedPart[]> {
+    const container = await this.store.container(bucket);
+    const parts: ListedPart[] = [];
+    for await (const item of this.listBlobs(container, partsPrefix(this.meta, uploadId))) {
+      const parsed = parsePartName(this.meta, item.name);
+      if (!parsed) continue;
+      const record = decodePart(item.metadata, `${bucket}/${item.name}`);
+      parts.push({
+        ...record,
+        partNumber: parsed.partNumber,
+        azureEtag: item.properties.etag,
+        name: item.name,
+      });
+    }
+    return parts.sort((a, b) => a.partNumber - b.partNumber);
+  }
+
+  /** The recorded parts a completion names, checked against S3's rules. */
+  private selectParts(input: CompleteUploadInput, recorded: ListedPart[]): ListedPart[] {
+    const byNumber = new Map(recorded.map((part) => [part.partNumber, part]));
+    const used = input.parts.map((wanted) => {
+      const part = byNumber.get(wanted.partNumber);
+      if (!part || bareEtag(wanted.etag) !== part.md5) {
+        throw new DomainError(
+          "InvalidPart",
+          "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
+          { partNumber: wanted.partNumber },
+        );
+      }
+      return part;
+    });
+    used.forEach((part, i) => {
+      if (i < used.length - 1 && part.size < MIN_PART_SIZE) {
+        throw new DomainError(
+          "EntityTooSmall",
+          "Your proposed upload is smaller than the minimum allowed size",
+          {
+            partNumber: part.partNumber,
+            minSizeAllowed: MIN_PART_SIZE,
+            proposedSize: part.size,
+          },
+        );
+      }
+    });
+    return used;
+  }
+
+  /** NoSuchUpload when the upload went away, InvalidPart when a part it uses was replaced. */
+  private async assertUnchanged(ref: UploadRef, used: ListedPart[], signal: AbortSignal): Promise<void> {
+    await this.requireUpload(ref, signal);
+    const now = new Map((await this.readParts(ref.bucket, ref.uploadId)).map((p) => [p.partNumber, p]));
+    for (const part of used) {
+      if (now.get(part.partNumber)?.azureEtag !== part.azureEtag) {
+        throw new DomainError(
+          "InvalidPart",
+          `part ${part.partNumber} was replaced while the upload was being completed`,
+          { partNumber: part.partNumber },
+        );
+      }
+    }
+  }
+
+  /** Stages the parts' bytes, in order, as blocks on the object's blob; returns their ids. */
+  private assemble(
+    ref: UploadRef,
+    blob: BlockBlobClient,
+    used: ListedPart[],
+    size: number,
+    signal: AbortSignal,
+  ): Promise<string[]> {
+    return assembleParts(this.store, { ref, blob, used, size, signal }, () =>
+      this.assertUnchanged(ref, used, signal),
+    );
+  }
+
+  /** Removes the record first (no part can be added after), then the parts. */
+  private async removeUpload(bucket: string, uploadId: string): Promise<void> {
+    const container = await this.store.container(bucket);
+    await this.removeBlob(container.getBlockBlobClient(uploadBlobName(this.meta, uploadId)));
+    for await (const item of this.listBlobs(container, partsPrefix(this.meta, uploadId))) {
+      await this.removeBlob(container.getBlockBlobClient(item.name));
+    }
+  }
+
+  private async removeBlob(blob: BlockBlobClient): Promise<void> {
+    await this.store.calls
+      .run(
+        `remove ${blob.name}`,
+        undefined,
+        (abortSignal) => blob.delete({ abortSignal }),
+        (e) => azureStatus(e) === 404,
+      )
+      .catch((e: unknown) => {
+        if (azureStatus(e) !== 404) throw e;
+      });
+  }
+}
+
+/** Uploads from `from` in (key, upload id) order; after the key marker with an id marker, within that key. */
+function* seekUploads(
+  sorted: ListedUpload[],
+  from: SeekFrom,
+  marker: { key: string; uploadId: string } | undefined,
+): Generator<ListedUpload> {
+  for (const upload of sorted) {
+    const c = compareKeys(upload.key, from.key);
+    if (from.inclusive ? c >= 0 : c > 0) {
+      yield upload;
+    } else if (
+      !from.inclusive &&
+      c === 0 &&
+      marker &&
+      marker.key === from.key &&
+      upload.uploadId > marker.uploadId
+    ) {
+      yield upload;
+    }
+  }
+}
+
+function assertNonNegative(name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
+  }
+}

@@ -1,0 +1,269 @@
+import type { BlobServiceClient, BlockBlobClient, ContainerClient } from "@azure/storage-blob";
+import { DomainError } from "../../core/errors.js";
+import { assertValidObjectKey } from "../../core/key-rules.js";
+import type { BucketInfo } from "../storage-backend.js";
+import { AzureCalls } from "./azure-calls.js";
+import {
+  abandoned,
+  azureStatus,
+  isBlobNotFound,
+  isContainerNotFound,
+  isInvalidBlockList,
+  isLostRace,
+} from "./azure-errors.js";
+import type { AzureClient, AzureHookContext, AzureHookStep, ResolvedAzureOptions } from "./azure-options.js";
+import { type BlobView, MISSING, viewOf } from "./blob-state.js";
+
+/**
+ * What the Azure backend and its multipart store share: the client, every call's deadline, the
+ * container checks, reading an object's state, and the compare-and-swap commit loop.
+ */
+
+/** Container metadata: set on a deleted bucket's container (which stays, to keep the HCTs). */
+export const CONTAINER_DELETED = "fencegate_deleted";
+/** Container metadata: when fencegate created the bucket (S3's CreationDate). */
+export const CONTAINER_CREATED = "fencegate_created";
+
+/** Azure's container name rules, stricter than S3's bucket rules (no dots, no "--"). */
+const AZURE_CONTAINER = /^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$/;
+export const isAzureContainerName = (name: string): boolean => AZURE_CONTAINER.test(name);
+
+export type ContainerState =
+  | { state: "missing" }
+  | { state: "deleted"; metadata: Record<string, string> }
+  | { state: "live"; info: BucketInfo; metadata: Record<string, string> };
+
+/** One step of a commit, decided against the blob's current state. */
+export type CommitStep<R> = {
+  /** The conditional call (the loop supplies If-Match / If-None-Match); absent: nothing to write. */
+  send?: (
+    conditions: { ifMatch?: string; ifNoneMatch?: string },
+    abortSignal: AbortSignal,
+  ) => Promise<unknown>;
+  /** The write's result once `send` succeeded (its answer), or at once when there is no `send`. */
+  finish: (answer: unknown) => R;
+  /**
+   * Called when Put Block List finds its staged blocks gone (a concurrent commit discarded
+   * them); the loop then reads the blob again and asks for a new step. Absent: SlowDown.
+   */
+  blocksLost?: () => Promise<void>;
+};
+
+export type CommitLoopOptions<R> = {
+  /** Check the container is a live bucket on the first read (every write but raiseHighestToken). */
+  checkContainer: boolean;
+  /** The id the write stores in the state (`w`); with `landed`, a lost answer is recognised. */
+  writeId?: string;
+  landed?: (view: BlobView) => R;
+};
+
+export const noSuchBucket = (bucket: string) =>
+  new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket });
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+export class AzureStore {
+  readonly calls: AzureCalls;
+  /** What this backend learnt about the service (shared by its listings and assemblies). */
+  readonly hints: { startFromHonoured?: boolean; stageFromUrl?: boolean } = {};
+  private hnsDetected: Promise<boolean> | undefined;
+
+  constructor(
+    private readonly client: Promise<AzureClient>,
+    readonly opts: ResolvedAzureOptions,
+  ) {
+    this.calls = new AzureCalls(opts.requestTimeoutMs);
+  }
+
+  async service(): Promise<BlobServiceClient> {
+    return (await this.client).service;
+  }
+
+  async azureClient(): Promise<AzureClient> {
+    return this.client;
+  }
+
+  async container(bucket: string): Promise<ContainerClient> {
+    return (await this.service()).getContainerClient(bucket);
+  }
+
+  async blob(bucket: string, name: string): Promise<BlockBlobClient> {
+    return (await this.container(bucket)).getBlockBlobClient(name);
+  }
+
+  async hook(step: AzureHookStep, at: AzureHookContext): Promise<void> {
+    if (this.opts.hooks) await this.opts.hooks(step, at);
+  }
+
+  /** Whether the account has a hierarchical namespace (ADLS Gen2): configured, or asked once. */
+  hierarchicalNamespace(): Promise<boolean> {
+    if (this.opts.hierarchicalNamespace !== undefined)
+      return Promise.resolve(this.opts.hierarchicalNamespace);
+    this.hnsDetected ??= (async () => {
+      try {
+        const service = await this.service();
+        const info = await this.calls.run("get account info", undefined, (abortSignal) =>
+          service.getAccountInfo({ abortSignal }),
+        );
+        return info.isHierarchicalNamespaceEnabled === true;
+      } catch (e) {
+        // A SAS or role without account-level rights cannot ask; assume a flat namespace.
+        this.opts.log?.warn(
+          { err: e },
+          "azure: could not ask whether the account has a hierarchical namespace",
+        );
+        return false;
+      }
+    })();
+    return this.hnsDetected;
+  }
+
+  /**
+   * Keys become blob paths: the shared key rules again (defence in depth), fencegate's own
+   * prefix, and with a hierarchical namespace the keys that are not file paths.
+   */
+  assertKeySync(key: string): void {
+    assertValidObjectKey(key);
+    const meta = this.opts.metaPrefix;
+    if (key.startsWith(meta) || key === meta.slice(0, -1)) {
+      throw new DomainError(
+        "InvalidObjectName",
+        `object keys starting with '${meta}' are reserved by fencegate on this backend`,
+        { key, reason: "reserved-prefix" },
+      );
+    }
+  }
+
+  async assertKey(key: string): Promise<void> {
+    this.assertKeySync(key);
+    if (await this.hierarchicalNamespace()) {
+      if (key.endsWith("/") || key.includes("//")) {
+        throw new DomainError(
+          "InvalidObjectName",
+          "with a hierarchical namespace (ADLS Gen2) a key cannot end with '/' or contain an empty path segment",
+          { key, reason: "hns-path" },
+        );
+      }
+    }
+  }
+
+  async containerState(bucket: string, signal?: AbortSignal): Promise<ContainerState> {
+    // Not a container name Azure accepts: no such container can exist.
+    if (!isAzureContainerName(bucket)) return { state: "missing" };
+    const container = await this.container(bucket);
+    let props: Awaited<ReturnType<ContainerClient["getProperties"]>>;
+    try {
+      props = await this.calls.run(
+        `read container ${bucket}`,
+        signal,
+        (abortSignal) => container.getProperties({ abortSignal }),
+        (e) => azureStatus(e) === 404,
+      );
+    } catch (e) {
+      if (azureStatus(e) === 404) return { state: "missing" };
+      throw e;
+    }
+    const metadata = props.metadata ?? {};
+    if (metadata[CONTAINER_DELETED] !== undefined) return { state: "deleted", metadata };
+    const created = Date.parse(metadata[CONTAINER_CREATED] ?? "");
+    const creationDate = Number.isFinite(created) ? new Date(created) : (props.lastModified ?? new Date(0));
+    return { state: "live", info: { name: bucket, creationDate }, metadata };
+  }
+
+  /** NoSuchBucket unless the bucket's container exists and is not marked deleted. */
+  async requireBucket(bucket: string, signal?: AbortSignal): Promise<BucketInfo> {
+    const found = await this.containerState(bucket, signal);
+    if (found.state !== "live") throw noSuchBucket(bucket);
+    return found.info;
+  }
+
+  /** The state of the blob at `name` (MISSING when there is none); NoSuchBucket. */
+  async readView(
+    bucket: string,
+    name: string,
+    signal?: AbortSignal,
+    checkContainer = false,
+  ): Promise<BlobView> {
+    if (!isAzureContainerName(bucket)) throw noSuchBucket(bucket);
+    const blob = await this.blob(bucket, name);
+    const read = this.calls
+      .run(
+        `read ${bucket}/${name}`,
+        signal,
+        (abortSignal) => blob.getProperties({ abortSignal }),
+        (e) => azureStatus(e) === 404,
+      )
+      .then(
+        (props) => viewOf(props, `${bucket}/${name}`),
+        (e: unknown) => {
+          if (isBlobNotFound(e)) return MISSING;
+          if (isContainerNotFound(e)) throw noSuchBucket(bucket);
+          throw e;
+        },
+      );
+    if (!checkContainer) return read;
+    const [view] = await Promise.all([read, this.requireBucket(bucket, signal)]);
+    return view;
+  }
+
+  /**
+   * The commit: read the blob's state, decide (the HCT rule and the write conditions throw their
+   * refusals), then one conditional call: If-Match the ETag just read, or If-None-Match: * when
+   * there was no blob. Azure changes a blob's ETag on every write, metadata included, so the call
+   * succeeds only if nothing changed since the read: the check and the write are one atomic step.
+   * A lost race (412, or 409 on a create) reads again and decides again, a bounded number of
+   * times with jittered backoff.
+   */
+  async commitLoop<R>(
+    at: AzureHookContext,
+    signal: AbortSignal,
+    decide: (view: BlobView) => CommitStep<R>,
+    options: CommitLoopOptions<R>,
+  ): Promise<R> {
+    for (let attempt = 1; ; attempt++) {
+      const view = await this.readView(at.bucket, at.key, signal, options.checkContainer && attempt === 1);
+      if (attempt > 1 && options.writeId && options.landed && view.state?.w === options.writeId) {
+        // An earlier attempt landed although its answer was lost (a retried or timed-out call).
+        return options.landed(view);
+      }
+      await this.hook("properties-read", at);
+      const step = decide(view);
+      if (!step.send) return step.finish(undefined);
+      await this.hook("before-commit", at);
+      const conditions = view.exists ? { ifMatch: view.azureEtag! } : { ifNoneMatch: "*" };
+      if (signal.aborted) throw abandoned();
+      let answer: unknown;
+      try {
+        // Once sent, a commit is seen through whatever the client does (only the deadline ends
+        // it): its outcome is what the fencing core records.
+        answer = await this.calls.run(
+          `commit ${at.bucket}/${at.key}`,
+          undefined,
+          (abortSignal) => step.send!(conditions, abortSignal),
+          (e) => isLostRace(e) || (step.blocksLost !== undefined && isInvalidBlockList(e)),
+        );
+      } catch (e) {
+        if (isInvalidBlockList(e)) {
+          await step.blocksLost!();
+        } else if (!isLostRace(e)) {
+          throw e;
+        }
+        if (attempt >= this.opts.maxCommitAttempts) {
+          throw new DomainError(
+            "SlowDown",
+            `too many concurrent writes to ${at.key}: the commit lost its compare-and-swap ${attempt} times; nothing was changed, retry`,
+            { retryAfterSeconds: 1 },
+          );
+        }
+        this.opts.log?.debug(
+          { bucket: at.bucket, key: at.key, attempt },
+          "azure: commit lost a race, retrying",
+        );
+        await sleep(Math.random() * Math.min(200, 2 ** attempt * 2));
+        continue;
+      }
+      await this.hook("after-commit", at);
+      return step.finish(answer);
+    }
+  }
+}

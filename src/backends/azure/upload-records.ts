@@ -1,0 +1,103 @@
+import { randomBytes } from "node:crypto";
+import { DomainError } from "../../core/errors.js";
+import type { MultipartUpload, ObjectMetadata, PartInfo } from "../storage-backend.js";
+
+/**
+ * The blobs of a multipart upload, under the meta prefix of the object's container:
+ *
+ *   <meta>uploads/<uploadId>                 zero bytes; metadata `fencegate_upload` = base64url JSON
+ *                                            {key, metadata, token, leaseId, initiator, initiated}
+ *   <meta>parts/<uploadId>/<part, 5 digits>  the part's bytes; metadata `fencegate_part` = base64url
+ *                                            JSON {md5, size, at}
+ *
+ * Upload ids are 44 hex digits: the initiation time (12) then 16 random bytes, so that ordering
+ * an object's uploads by id orders them by initiation, as S3 lists them.
+ */
+
+export const UPLOAD_META = "fencegate_upload";
+export const PART_META = "fencegate_part";
+
+export type UploadRecord = {
+  key: string;
+  metadata: ObjectMetadata;
+  token: number | null;
+  leaseId: string | null;
+  initiator: string | null;
+  initiated: number;
+};
+
+export type PartRecord = { md5: string; size: number; at: number };
+
+const UPLOAD_ID = /^[0-9a-f]{44}$/;
+
+export function newUploadId(initiated: number): string {
+  return `${Math.max(0, initiated).toString(16).padStart(12, "0")}${randomBytes(16).toString("hex")}`;
+}
+
+export const isUploadId = (id: string): boolean => UPLOAD_ID.test(id);
+
+export const uploadsPrefix = (meta: string) => `${meta}uploads/`;
+export const uploadBlobName = (meta: string, uploadId: string) => `${meta}uploads/${uploadId}`;
+export const partsPrefix = (meta: string, uploadId?: string) =>
+  uploadId === undefined ? `${meta}parts/` : `${meta}parts/${uploadId}/`;
+export const partBlobName = (meta: string, uploadId: string, partNumber: number) =>
+  `${meta}parts/${uploadId}/${String(partNumber).padStart(5, "0")}`;
+
+/** The upload id and part number of a part blob's name, or undefined when it is not one. */
+export function parsePartName(
+  meta: string,
+  name: string,
+): { uploadId: string; partNumber: number } | undefined {
+  const match = /^([0-9a-f]{44})\/(\d{5})$/.exec(name.slice(partsPrefix(meta).length));
+  if (!name.startsWith(partsPrefix(meta)) || !match) return undefined;
+  return { uploadId: match[1]!, partNumber: Number(match[2]) };
+}
+
+export const encodeJson = (value: unknown): string =>
+  Buffer.from(JSON.stringify(value)).toString("base64url");
+
+function decodeJson<T>(encoded: string | undefined, what: string): T {
+  try {
+    if (encoded === undefined) throw new Error("missing");
+    return JSON.parse(Buffer.from(encoded, "base64url").toString("utf8")) as T;
+  } catch {
+    throw new DomainError("InternalError", `the fencegate metadata of ${what} is unreadable`);
+  }
+}
+
+/** Metadata names come back in any case from some services. */
+const metaValue = (metadata: Record<string, string> | undefined, name: string): string | undefined =>
+  Object.entries(metadata ?? {}).find(([k]) => k.toLowerCase() === name)?.[1];
+
+export const decodeUpload = (metadata: Record<string, string> | undefined, what: string) =>
+  decodeJson<UploadRecord>(metaValue(metadata, UPLOAD_META), what);
+
+export const decodePart = (metadata: Record<string, string> | undefined, what: string) =>
+  decodeJson<PartRecord>(metaValue(metadata, PART_META), what);
+
+export function toUpload(bucket: string, uploadId: string, record: UploadRecord): MultipartUpload {
+  return {
+    uploadId,
+    bucket,
+    key: record.key,
+    metadata: record.metadata,
+    token: record.token,
+    leaseId: record.leaseId,
+    initiator: record.initiator,
+    initiated: new Date(record.initiated),
+  };
+}
+
+export const toPartInfo = (partNumber: number, part: PartRecord): PartInfo => ({
+  partNumber,
+  size: part.size,
+  etag: `"${part.md5}"`,
+  lastModified: new Date(part.at),
+});
+
+export const noSuchUpload = (uploadId: string) =>
+  new DomainError(
+    "NoSuchUpload",
+    "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+    { uploadId },
+  );

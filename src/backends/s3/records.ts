@@ -1,0 +1,66 @@
+import { randomBytes } from "node:crypto";
+import type { Checksums, ObjectMetadata } from "../storage-backend.js";
+
+/**
+ * An object's record: the commit point of every write to it. Its bytes always hold a fresh
+ * nonce, so its store ETag is unique to one write: If-Match on it is a true compare-and-swap,
+ * and a parsed record can be cached by that ETag across replicas.
+ */
+
+export type LiveVersion = {
+  /** The blob id (`<m>d/<blob>`). */
+  blob: string;
+  size: number;
+  /** The ETag fencegate reports, quoted: MD5 hex, or `<hex>-N` for a multipart completion. */
+  etag: string;
+  lastModified: number;
+  metadata: ObjectMetadata;
+  checksums?: Checksums;
+};
+
+export type ObjectRecord = {
+  v: 1;
+  key: string;
+  /** The HCT; null when no fenced write ever reached the key. */
+  hct: number | null;
+  nonce: string;
+  /**
+   * live: the bytes are `live.blob`. deleted: a tombstone (it also hides a plain object at the
+   * key, which fencegate never deletes). plain: only an HCT; the bytes are the plain object at
+   * the key, when there is one.
+   */
+  state: "live" | "deleted" | "plain";
+  live?: LiveVersion;
+  /** When the record was written (fencegate's clock). */
+  written: number;
+};
+
+/** A record as read, with the store ETag that a replacement's If-Match names. */
+export type ReadRecord = { record: ObjectRecord; etag: string };
+
+export const newNonce = (): string => randomBytes(12).toString("base64url");
+
+export function serializeRecord(record: ObjectRecord): Buffer {
+  return Buffer.from(JSON.stringify(record), "utf8");
+}
+
+/** Parses a record; throws when the bytes are not one (a foreign object under the meta prefix). */
+export function parseRecord(text: string, where: string): ObjectRecord {
+  const value = JSON.parse(text) as Partial<ObjectRecord>;
+  const ok =
+    value !== null &&
+    typeof value === "object" &&
+    value.v === 1 &&
+    typeof value.key === "string" &&
+    (value.hct === null || Number.isSafeInteger(value.hct)) &&
+    typeof value.nonce === "string" &&
+    (value.state === "deleted" ||
+      value.state === "plain" ||
+      (value.state === "live" && typeof value.live?.blob === "string"));
+  if (!ok) throw new Error(`${where} is not a fencegate record`);
+  return value as ObjectRecord;
+}
+
+/** The live version a record describes, or null (tombstone, or plain). */
+export const liveOf = (record: ObjectRecord | null): LiveVersion | null =>
+  record?.state === "live" && record.live ? record.live : null;

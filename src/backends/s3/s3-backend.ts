@@ -1,0 +1,407 @@
+import { DomainError } from "../../core/errors.js";
+import { assertValidBucketName } from "../../core/key-rules.js";
+import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { resolveRange } from "../range.js";
+import type {
+  BucketInfo,
+  DeleteObjectInput,
+  DeleteObjectResult,
+  FencedCommit,
+  GetObjectResult,
+  ListInput,
+  ListResult,
+  ObjectInfo,
+  PutObjectInput,
+  PutObjectResult,
+  RangeRequest,
+  StorageBackend,
+  WriteState,
+} from "../storage-backend.js";
+import { writeBlob } from "./blob-writer.js";
+import { BucketOps } from "./buckets.js";
+import { type CapabilityReport, verifyConditionalWrites } from "./capability.js";
+import { commitVersion } from "./commit-version.js";
+import type { S3Context } from "./context.js";
+import { collectGarbage, type GarbageReport } from "./garbage.js";
+import { BLOB_META, encodeKey } from "./layout.js";
+import { ObjectListing } from "./object-listing.js";
+import type { ResolvedOptions } from "./options.js";
+import { UnknownOutcomeError } from "./record-store.js";
+import { type LiveVersion, liveOf } from "./records.js";
+import type { S3MultipartStore } from "./s3-multipart.js";
+import { abandoned, noSuchKey } from "./store-errors.js";
+import type { UploadStore } from "./upload-store.js";
+
+/**
+ * The S3 backend: fencegate on Amazon S3 or any S3-compatible store that honours conditional
+ * writes (If-None-Match: * and If-Match on PutObject and CompleteMultipartUpload).
+ *
+ * Why not condition on the data object: S3's ETag is the MD5 of the bytes. Metadata does not
+ * change it and equal bytes give equal ETags, so If-Match on a user's object is not a
+ * compare-and-swap: a write that read ETag E, paused while two newer writes landed (the last
+ * one with the same bytes), would find E again and overwrite the newest commit (ABA).
+ *
+ * The layout (layout.ts), inside every store bucket, under the meta prefix `<m>` (`.fencegate/`):
+ * - `<m>r/<key>`: the key's RECORD, small JSON: {v, key, hct, nonce, state, live?, written}. The
+ *   record is the commit point. Every write of it carries a fresh random nonce, so its store
+ *   ETag is unique per write: creating it with If-None-Match: * and replacing it with If-Match
+ *   on the ETag read is a true CAS. The HCT rule and the write conditions are decided on the
+ *   record read, and the conditional PUT commits them atomically; a lost race (412, or 409
+ *   ConditionalRequestConflict) reads again and decides again (context.ts). Records list in key
+ *   order. Keys too long for `<m>r/` (more than 1024 bytes with it) have theirs at
+ *   `<m>l/<sha256>`, merged into listings in memory.
+ * - `<m>d/<blob id>`: immutable DATA blobs, written before the commit, never overwritten, with
+ *   the object key (base64url) in their user metadata so the collector can find the record.
+ *   A record's `live` names its blob, size, the ETag fencegate reports (MD5 hex, or `md5-N` for
+ *   a multipart completion), lastModified, headers, user metadata and checksums.
+ * - `<m>u/...`: multipart uploads (s3-multipart.ts); `<m>p/...`: capability probes;
+ *   `<m>deleted`: a bucket deleted for fencegate but kept for its HCTs (buckets.ts).
+ * Record states: "live" (bytes in a blob), "deleted" (a tombstone: the HCT stays, and a plain
+ * object at the key is hidden, not deleted), "plain" (an HCT only: the bytes are the plain object).
+ *
+ * Objects written before fencegate (no record; a plain object at `<key>` itself) are readable,
+ * listable and conditionally writable through fencegate with the store's ETag, and fenced from
+ * their first fenced write, which creates a record. fencegate never deletes bytes it did not
+ * write.
+ *
+ * A write: stream the body to a new blob with bounded memory (blob-writer.ts), await the body's
+ * verification, `commit.prepare()`, refuse if `commit.signal` is aborted, then the CAS loop.
+ * `commit.atomic` is never called: this backend has no `domain`, so the fencing core checks the
+ * lease through a commit intent. After the commit the replaced blob is deleted (best effort);
+ * a refused or failed write deletes its new blob. The record PUT is sent once by the SDK; one
+ * whose answer is lost (timeout, reset, 5xx) is settled by reading the record again: our nonce
+ * there means committed; the record unchanged means the same conditional PUT can be sent again
+ * (at most one copy can land); anything else is an unknown outcome, thrown as
+ * UnknownOutcomeError (not a DomainError), so the fencing core keeps the commit intent. What a crash or a failed delete leaves (unreferenced blobs, abandoned
+ * uploads) is removed by collectGarbage (garbage.ts) after a grace period; a commit that took
+ * longer than half of that period is refused rather than risk pointing at a collected blob.
+ *
+ * Reads resolve through the record: live → the blob (if a newer commit replaced and deleted it
+ * meanwhile, read the record again); deleted → NoSuchKey; plain or no record → the plain object.
+ * Listings merge records and plain objects in key order (object-listing.ts), records winning,
+ * with parsed records cached by their ETag.
+ *
+ * Before the first write the backend checks that the store honours conditional writes
+ * (capability.ts); a store that does not gets every write refused with ServiceUnavailable and
+ * a one-line reason, never a silent downgrade. Store failures are S3 errors (store-errors.ts):
+ * throttling is SlowDown with `retryAfterSeconds`, an unreachable or timed-out store is
+ * ServiceUnavailable, a missing bucket NoSuchBucket; every request has a time limit.
+ */
+export class S3Backend implements StorageBackend {
+  readonly kind = "s3";
+  private readonly listing: ObjectListing;
+  private readonly buckets: BucketOps;
+  private gcTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly ctx: S3Context,
+    readonly multipart: S3MultipartStore,
+    private readonly uploads: UploadStore,
+    private readonly opts: ResolvedOptions,
+  ) {
+    this.listing = new ObjectListing(ctx.store, ctx.layout, ctx.records);
+    this.buckets = new BucketOps(ctx, this.listing, uploads);
+  }
+
+  /** Runs collectGarbage every `intervalMs` (0: never). */
+  startGarbageCollection(intervalMs: number): void {
+    if (intervalMs <= 0 || this.gcTimer) return;
+    this.gcTimer = setInterval(() => {
+      // A failed pass leaves its garbage for the next one; nothing depends on it.
+      if (!this.ctx.closed) this.collectGarbage().catch(() => undefined);
+    }, intervalMs);
+    this.gcTimer.unref();
+  }
+
+  // ---- buckets ----
+
+  async listBuckets(): Promise<BucketInfo[]> {
+    this.ctx.assertOpen();
+    return this.buckets.list();
+  }
+
+  async createBucket(bucket: string): Promise<void> {
+    this.ctx.assertOpen();
+    assertValidBucketName(bucket);
+    await this.buckets.create(bucket);
+  }
+
+  async headBucket(bucket: string): Promise<BucketInfo> {
+    this.ctx.assertOpen();
+    return this.buckets.head(bucket);
+  }
+
+  async deleteBucket(bucket: string): Promise<void> {
+    this.ctx.assertOpen();
+    await this.buckets.delete(bucket);
+  }
+
+  // ---- objects ----
+
+  async writeState(bucket: string, key: string): Promise<WriteState> {
+    this.ctx.assertOpen();
+    const current = await this.ctx.current(bucket, key, { plain: true, checkBucket: true });
+    return { highestToken: current.record?.hct ?? null, etag: current.liveEtag };
+  }
+
+  async putObject(input: PutObjectInput, commit: FencedCommit): Promise<PutObjectResult> {
+    this.ctx.assertOpen();
+    const { bucket, key, body } = input;
+    const blob = this.ctx.layout.newBlobId();
+    // From before the upload: S3 dates a multipart object by its initiation.
+    const storedAt = performance.now();
+    // No await before this call: the body must be read (and its errors listened to) at once.
+    const stored = await writeBlob(this.ctx.store, bucket, this.ctx.layout.blobName(blob), body.stream, {
+      partSize: this.opts.partSizeBytes,
+      metadata: { [BLOB_META.key]: encodeKey(key), [BLOB_META.kind]: "object" },
+      signal: commit.signal,
+    });
+    try {
+      const { checksums } = await body.digest;
+      const version: LiveVersion = {
+        blob,
+        size: stored.size,
+        etag: `"${stored.md5Hex}"`,
+        lastModified: this.ctx.clock(),
+        metadata: {
+          headers: { ...input.metadata.headers },
+          userMetadata: { ...input.metadata.userMetadata },
+        },
+        ...(Object.keys(checksums).length > 0 ? { checksums: { ...checksums } } : {}),
+      };
+      const highestToken = await commitVersion(this.ctx, {
+        op: "put",
+        bucket,
+        key,
+        version,
+        commit,
+        storedAt,
+        gcGraceMs: this.opts.gcGraceMs,
+      });
+      return {
+        etag: version.etag,
+        size: version.size,
+        lastModified: new Date(version.lastModified),
+        highestToken,
+        checksums: { ...checksums },
+      };
+    } catch (e) {
+      // A refusal, or a failure before the record PUT: the new blob is nobody's. After an
+      // unknown outcome it may be the live version: the collector decides from the record.
+      if (!(e instanceof UnknownOutcomeError)) await this.ctx.removeBlob(bucket, blob);
+      throw e;
+    }
+  }
+
+  async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
+    this.ctx.assertOpen();
+    const { bucket, key } = input;
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+    await this.ctx.gate.require(bucket);
+    const { result, replaced } = await this.ctx.commit<DeleteObjectResult>(
+      { op: "delete", bucket, key },
+      { plain: true, checkBucket: true },
+      (current) => {
+        const hct = applyFence(commit.fence, current.record?.hct ?? null);
+        checkWriteConditions(commit.conditions, current.liveEtag);
+        const existed = current.liveEtag !== null;
+        // Nothing to hide and no HCT to keep: nothing to write.
+        if (current.record === null && current.plain === null && hct === null) {
+          return { done: { existed, highestToken: hct } };
+        }
+        // Already a tombstone with this HCT: writing it again would change nothing.
+        if (current.record?.state === "deleted" && current.record.hct === hct) {
+          return { done: { existed, highestToken: hct } };
+        }
+        return {
+          write: this.ctx.newRecord(key, { hct, state: "deleted" }),
+          result: { existed, highestToken: hct },
+        };
+      },
+    );
+    const old = liveOf(replaced);
+    if (old) await this.ctx.removeBlob(bucket, old.blob);
+    return result;
+  }
+
+  async raiseHighestToken(bucket: string, key: string, token: number): Promise<number> {
+    this.ctx.assertOpen();
+    if (!(Number.isSafeInteger(token) && token >= 0)) {
+      throw new DomainError("InvalidArgument", "a fencing token must be a non-negative integer");
+    }
+    await this.ctx.gate.require(bucket);
+    const { result } = await this.ctx.commit<number>(
+      { op: "raise", bucket, key },
+      // A bucket deleted for fencegate keeps its records: its HCTs are raised all the same.
+      { plain: true, checkBucket: false },
+      (current) => {
+        const hct = current.record?.hct ?? null;
+        if (hct !== null && hct >= token) return { done: hct };
+        const record = current.record;
+        const next = record
+          ? this.ctx.newRecord(key, {
+              hct: token,
+              state: record.state,
+              ...(record.live ? { live: record.live } : {}),
+            })
+          : this.ctx.newRecord(key, { hct: token, state: current.plain ? "plain" : "deleted" });
+        return { write: next, result: token };
+      },
+    );
+    return result;
+  }
+
+  async headObject(bucket: string, key: string): Promise<ObjectInfo> {
+    this.ctx.assertOpen();
+    const current = await this.ctx.current(bucket, key, { plain: true, checkBucket: true });
+    const live = liveOf(current.record);
+    if (live) return infoOf(key, live);
+    if (current.record?.state === "deleted" || !current.plain) throw noSuchKey(bucket, key);
+    return { key, ...plainInfo(current.plain) };
+  }
+
+  async getObject(
+    bucket: string,
+    key: string,
+    range?: RangeRequest,
+    signal?: AbortSignal,
+  ): Promise<GetObjectResult> {
+    this.ctx.assertOpen();
+    // A retry needs a fresh overwrite to lose again; the bound only stops a live-lock.
+    for (let attempt = 1; attempt <= 100; attempt++) {
+      const current = await this.ctx.current(bucket, key, { plain: false, checkBucket: true, signal });
+      const { record } = current;
+      if (record?.state === "deleted") throw noSuchKey(bucket, key);
+      const live = liveOf(record);
+      if (live) {
+        const served = resolveRange(range, live.size);
+        const got = await this.ctx.store.getStream(bucket, this.ctx.layout.blobName(live.blob), {
+          ...(served ? { range: served } : {}),
+          ...(signal ? { signal } : {}),
+        });
+        if (got) return { info: infoOf(key, live), body: got.body, ...(served ? { range: served } : {}) };
+        // The blob is gone: a newer commit replaced it and deleted it. Read the record again.
+        const now = await this.ctx.records.read(bucket, key, signal);
+        if (now?.etag === current.read?.etag) {
+          throw new Error(`blob ${live.blob} of ${bucket}/${key} is missing from the store`);
+        }
+        continue;
+      }
+      const got = await this.getPlain(bucket, key, range, signal);
+      if (got === "changed") continue;
+      return got;
+    }
+    throw new DomainError("SlowDown", `${bucket}/${key} changes too often to be read; please retry`, {
+      retryAfterSeconds: 1,
+    });
+  }
+
+  /** The plain object at the key (no record, or a "plain" one). "changed" when it changed mid-read. */
+  private async getPlain(
+    bucket: string,
+    key: string,
+    range: RangeRequest | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<GetObjectResult | "changed"> {
+    if (!range) {
+      const got = await this.ctx.store.getStream(bucket, key, signal ? { signal } : {});
+      if (!got) throw noSuchKey(bucket, key);
+      return { info: { key, ...plainInfo(got) }, body: got.body };
+    }
+    // A range is resolved against the size, as S3 would: read the size first, then that version.
+    const head = await this.ctx.store.head(bucket, key, signal);
+    if (!head) throw noSuchKey(bucket, key);
+    const served = resolveRange(range, head.size);
+    const got = await this.ctx.store.getStream(bucket, key, {
+      ...(served ? { range: served } : {}),
+      ifMatch: head.etag,
+      ...(signal ? { signal } : {}),
+    });
+    if (!got) return "changed";
+    return { info: { key, ...plainInfo(got) }, body: got.body, ...(served ? { range: served } : {}) };
+  }
+
+  async listObjects(input: ListInput): Promise<ListResult> {
+    this.ctx.assertOpen();
+    if (!Number.isSafeInteger(input.maxKeys) || input.maxKeys < 0) {
+      throw new DomainError("InvalidArgument", "maxKeys must be a non-negative integer");
+    }
+    await this.ctx.requireBucket(input.bucket);
+    return this.listing.list(input);
+  }
+
+  /** Also answers for a bucket that no longer exists: null, as nothing fenced is left there. */
+  async highestToken(bucket: string, key: string): Promise<number | null> {
+    this.ctx.assertOpen();
+    try {
+      return (await this.ctx.records.read(bucket, key))?.record.hct ?? null;
+    } catch (e) {
+      if (e instanceof DomainError && e.code === "NoSuchBucket") return null;
+      throw e;
+    }
+  }
+
+  // ---- maintenance ----
+
+  /** Probes whether the store honours conditional writes, in `bucket` (default: the verify bucket). */
+  async verifyConditionalWrites(bucket?: string): Promise<CapabilityReport> {
+    const target = bucket ?? this.opts.verifyBucket;
+    if (target === undefined)
+      throw new Error("verifyConditionalWrites needs a bucket (or the verifyBucket option)");
+    return verifyConditionalWrites(this.ctx.store, this.ctx.layout, target);
+  }
+
+  /**
+   * Removes blobs older than the grace period (default: the gcGraceMs option) that no record and
+   * no part manifest references, orphaned part manifests, and uploads older than
+   * multipartMaxAgeMs. Every store bucket, or the ones given.
+   */
+  async collectGarbage(options: { graceMs?: number; buckets?: string[] } = {}): Promise<GarbageReport> {
+    this.ctx.assertOpen();
+    const buckets = options.buckets ?? (await this.ctx.store.listBuckets()).map((b) => b.name);
+    const report = await collectGarbage(
+      this.ctx,
+      this.uploads,
+      buckets,
+      options.graceMs ?? this.opts.gcGraceMs,
+    );
+    report.uploads = (await this.multipart.sweepAbandoned({ buckets })).removed;
+    return report;
+  }
+
+  async close(): Promise<void> {
+    if (this.ctx.closed) return;
+    this.ctx.closed = true;
+    clearInterval(this.gcTimer);
+    this.ctx.store.destroy();
+  }
+}
+
+function infoOf(key: string, live: LiveVersion): ObjectInfo {
+  return {
+    key,
+    size: live.size,
+    etag: live.etag,
+    lastModified: new Date(live.lastModified),
+    headers: { ...live.metadata.headers },
+    userMetadata: { ...live.metadata.userMetadata },
+    ...(live.checksums ? { checksums: { ...live.checksums } } : {}),
+  };
+}
+
+function plainInfo(o: {
+  etag: string;
+  size: number;
+  lastModified: Date;
+  metadata: Record<string, string>;
+  headers: ObjectInfo["headers"];
+}): Omit<ObjectInfo, "key"> {
+  return {
+    size: o.size,
+    etag: o.etag,
+    lastModified: o.lastModified,
+    headers: o.headers,
+    userMetadata: o.metadata,
+  };
+}

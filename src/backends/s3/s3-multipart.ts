@@ -1,0 +1,394 @@
+import { DomainError } from "../../core/errors.js";
+import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
+import { assertPartNumber, assertPartOrder, bareEtag, multipartEtag } from "../multipart.js";
+import {
+  type CompleteUploadInput,
+  type CreateUploadInput,
+  type CreateUploadResult,
+  type FencedCommit,
+  type ListPartsInput,
+  type ListPartsResult,
+  type ListUploadsInput,
+  type ListUploadsResult,
+  MAX_PART_NUMBER,
+  MIN_PART_SIZE,
+  type MultipartStore,
+  type MultipartUpload,
+  type PutObjectResult,
+  type UploadPartInput,
+  type UploadPartResult,
+  type UploadRef,
+} from "../storage-backend.js";
+import { writeBlob } from "./blob-writer.js";
+import { commitVersion } from "./commit-version.js";
+import type { S3Context } from "./context.js";
+import { BLOB_META, encodeKey, newUploadId } from "./layout.js";
+import { UnknownOutcomeError } from "./record-store.js";
+import type { LiveVersion } from "./records.js";
+import { abandoned } from "./store-errors.js";
+import type { UploadStore } from "./upload-store.js";
+import { type PartManifest, toPartInfo, toUpload, type UploadManifest } from "./uploads.js";
+
+export type S3MultipartOptions = {
+  partSizeBytes: number;
+  gcGraceMs: number;
+  /** Uploads initiated longer ago than this are aborted by sweepAbandoned(). */
+  maxAgeMs: number;
+};
+
+/**
+ * Multipart uploads of the S3 backend, with the fs backend's rules and errors.
+ *
+ * An upload is a manifest `<m>u/<upload id>` (key, metadata, the binding's token and lease,
+ * initiator, initiation time); each part is a blob (streamed like a PutObject body) and a part
+ * manifest `<m>u/<upload id>/<nnnnn>` naming it. Uploading a part again writes a new blob and a
+ * new manifest; the old blob is removed (or collected). Creating an upload and recording a part
+ * check the HCT rule against the record without raising it; they change nothing visible, so a
+ * check that is not atomic with them cannot break a safety rule. The completion is: assemble the
+ * final blob server-side with UploadPartCopy from the part blobs, then after `prepare` check that
+ * the upload and the parts used are still there, then commit the record by CAS exactly like a
+ * PutObject (ETag: S3's multipart ETag of the parts' MD5s), then remove the upload, its part
+ * manifests and part blobs. A refused completion removes the assembled blob and keeps the upload.
+ */
+export class S3MultipartStore implements MultipartStore {
+  /** Orders uploads initiated within the same millisecond by initiation. */
+  private sequence = 0;
+
+  constructor(
+    private readonly ctx: S3Context,
+    private readonly uploads: UploadStore,
+    private readonly opts: S3MultipartOptions,
+  ) {}
+
+  async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
+    this.ctx.assertOpen();
+    await commit.prepare();
+    if (commit.signal.aborted) throw abandoned();
+    await this.ctx.gate.require(input.bucket);
+    const highestToken = await this.checkHct(input.bucket, input.key, commit);
+    const initiated = this.ctx.clock();
+    const manifest: UploadManifest = {
+      v: 1,
+      uploadId: newUploadId(initiated, this.sequence++),
+      key: input.key,
+      metadata: structuredClone(input.metadata),
+      token: input.token,
+      leaseId: input.leaseId,
+      initiator: input.initiator,
+      initiated,
+    };
+    await this.uploads.create(input.bucket, manifest);
+    return { uploadId: manifest.uploadId, highestToken };
+  }
+
+  async getUpload(ref: UploadRef): Promise<MultipartUpload> {
+    this.ctx.assertOpen();
+    return toUpload(ref.bucket, await this.uploads.require(ref));
+  }
+
+  async uploadPart(input: UploadPartInput, commit: FencedCommit): Promise<UploadPartResult> {
+    this.ctx.assertOpen();
+    assertPartNumber(input.partNumber);
+    const { bucket, key, uploadId, partNumber, body } = input;
+    // The body is read only once the upload is known (a refusal leaves it unread, as fs does);
+    // meanwhile a body error must not go unheard.
+    body.stream.on("error", () => undefined);
+    await this.uploads.require(input);
+
+    const blob = this.ctx.layout.newBlobId();
+    const stored = await writeBlob(this.ctx.store, bucket, this.ctx.layout.blobName(blob), body.stream, {
+      partSize: this.opts.partSizeBytes,
+      metadata: {
+        [BLOB_META.key]: encodeKey(key),
+        [BLOB_META.kind]: "part",
+        [BLOB_META.upload]: uploadId,
+        [BLOB_META.part]: String(partNumber),
+      },
+      signal: commit.signal,
+    });
+    const lastModified = this.ctx.clock();
+    let highestToken: number | null;
+    let replaced: PartManifest | null;
+    try {
+      await body.digest;
+      await commit.prepare();
+      if (commit.signal.aborted) throw abandoned();
+      await this.ctx.gate.require(bucket);
+      await this.uploads.require(input); // aborted or completed meanwhile: NoSuchUpload
+      highestToken = await this.checkHct(bucket, key, commit);
+      replaced = await this.uploads.part(bucket, uploadId, partNumber);
+      await this.uploads.putPart(bucket, uploadId, {
+        v: 1,
+        partNumber,
+        blob,
+        md5: stored.md5Hex,
+        size: stored.size,
+        lastModified,
+      });
+    } catch (e) {
+      await this.ctx.removeBlob(bucket, blob);
+      throw e;
+    }
+    if (replaced && replaced.blob !== blob) await this.ctx.removeBlob(bucket, replaced.blob);
+    return {
+      etag: `"${stored.md5Hex}"`,
+      size: stored.size,
+      lastModified: new Date(lastModified),
+      highestToken,
+    };
+  }
+
+  async completeUpload(input: CompleteUploadInput, commit: FencedCommit): Promise<PutObjectResult> {
+    this.ctx.assertOpen();
+    assertPartOrder(input.parts);
+    const { bucket, key, uploadId } = input;
+    const manifest = await this.uploads.require(input);
+    const used = selectParts(
+      await this.uploads.partsAfter(bucket, uploadId, 0, MAX_PART_NUMBER),
+      input.parts,
+    );
+
+    const blob = this.ctx.layout.newBlobId();
+    const storedAt = performance.now(); // before the assembly: S3 dates the blob by its initiation
+    await this.assemble(input, blob, used);
+    const version: LiveVersion = {
+      blob,
+      size: used.reduce((sum, part) => sum + part.size, 0),
+      etag: multipartEtag(used.map((part) => part.md5)),
+      lastModified: this.ctx.clock(),
+      metadata: structuredClone(manifest.metadata),
+    };
+    let highestToken: number | null;
+    try {
+      highestToken = await commitVersion(this.ctx, {
+        op: "complete",
+        bucket,
+        key,
+        version,
+        commit,
+        storedAt,
+        gcGraceMs: this.opts.gcGraceMs,
+        // After prepare: the upload must still be there, with the parts that were assembled.
+        beforeCommit: async () => {
+          await this.uploads.require(input);
+          for (const part of used) {
+            if ((await this.uploads.part(bucket, uploadId, part.partNumber))?.blob !== part.blob) {
+              throw partReplaced(part.partNumber);
+            }
+          }
+        },
+      });
+    } catch (e) {
+      if (!(e instanceof UnknownOutcomeError)) await this.ctx.removeBlob(bucket, blob);
+      throw e;
+    }
+    await this.uploads
+      .remove(bucket, uploadId)
+      .catch((err) =>
+        this.ctx.log?.warn({ err, bucket, uploadId }, "s3 backend: removing a completed upload failed"),
+      );
+    return {
+      etag: version.etag,
+      size: version.size,
+      lastModified: new Date(version.lastModified),
+      highestToken,
+      checksums: {},
+    };
+  }
+
+  async abortUpload(ref: UploadRef): Promise<void> {
+    this.ctx.assertOpen();
+    await this.uploads.require(ref);
+    await this.uploads.remove(ref.bucket, ref.uploadId);
+  }
+
+  async listParts(input: ListPartsInput): Promise<ListPartsResult> {
+    this.ctx.assertOpen();
+    assertNonNegative("maxParts", input.maxParts);
+    const marker = input.partNumberMarker ?? 0;
+    assertNonNegative("partNumberMarker", marker);
+    const upload = toUpload(input.bucket, await this.uploads.require(input));
+    const rows =
+      marker >= MAX_PART_NUMBER
+        ? []
+        : await this.uploads.partsAfter(input.bucket, input.uploadId, marker, input.maxParts + 1);
+    const page = rows.slice(0, input.maxParts);
+    const isTruncated = rows.length > input.maxParts;
+    const last = page.at(-1);
+    return {
+      upload,
+      parts: page.map(toPartInfo),
+      isTruncated,
+      ...(isTruncated && last ? { nextPartNumberMarker: last.partNumber } : {}),
+    };
+  }
+
+  async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
+    this.ctx.assertOpen();
+    assertNonNegative("maxUploads", input.maxUploads);
+    await this.ctx.requireBucket(input.bucket);
+    // In-progress uploads are few: all of them, sorted here (manifests are named by upload id).
+    const sorted = (await this.uploads.all(input.bucket)).sort(
+      (a, b) => compareKeys(a.key, b.key) || compareIds(a.uploadId, b.uploadId),
+    );
+    const marker =
+      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
+        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
+        : undefined;
+    const page = listSorted(
+      {
+        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
+        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
+        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
+        maxKeys: input.maxUploads,
+      },
+      (from) => seekUploads(sorted, from, marker),
+    );
+    const uploads = page.objects.map((m) => toUpload(input.bucket, m));
+    const last = uploads.at(-1);
+    const result: ListUploadsResult = {
+      uploads,
+      commonPrefixes: page.commonPrefixes,
+      isTruncated: page.isTruncated,
+    };
+    if (page.isTruncated && page.nextStartAfter !== undefined) {
+      result.nextKeyMarker = page.nextStartAfter;
+      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
+    }
+    return result;
+  }
+
+  /**
+   * Aborts every upload initiated more than maxAgeMs ago (S3's AbortIncompleteMultipartUpload),
+   * in every store bucket or the ones given.
+   */
+  async sweepAbandoned(options: { buckets?: string[] } = {}): Promise<{ removed: number }> {
+    this.ctx.assertOpen();
+    const buckets = options.buckets ?? (await this.ctx.store.listBuckets()).map((b) => b.name);
+    const cutoff = this.ctx.clock() - this.opts.maxAgeMs;
+    let removed = 0;
+    for (const bucket of buckets) {
+      for (const manifest of await this.uploads.all(bucket)) {
+        if (manifest.initiated >= cutoff) continue;
+        await this.uploads.remove(bucket, manifest.uploadId);
+        removed++;
+      }
+    }
+    return { removed };
+  }
+
+  /** The HCT rule (and any write conditions) against the record, without raising the HCT. */
+  private async checkHct(bucket: string, key: string, commit: FencedCommit): Promise<number | null> {
+    const { ifMatch, ifNoneMatch } = commit.conditions;
+    const current = await this.ctx.current(bucket, key, {
+      plain: ifMatch !== undefined || ifNoneMatch !== undefined,
+      checkBucket: true,
+    });
+    const hct = current.record?.hct ?? null;
+    applyFence(commit.fence, hct);
+    checkWriteConditions(commit.conditions, current.liveEtag);
+    return hct;
+  }
+
+  /**
+   * The final blob, copied part by part inside the store. A part blob gone meanwhile (replaced,
+   * or the upload aborted) fails the assembly: NoSuchUpload or InvalidPart.
+   */
+  private async assemble(ref: UploadRef, blob: string, parts: PartManifest[]): Promise<void> {
+    const { store, layout } = this.ctx;
+    const name = layout.blobName(blob);
+    const storeUpload = await store.createMultipart(ref.bucket, name, {
+      [BLOB_META.key]: encodeKey(ref.key),
+      [BLOB_META.kind]: "object",
+    });
+    try {
+      const copied: { partNumber: number; etag: string }[] = [];
+      for (const [i, part] of parts.entries()) {
+        const etag = await store.uploadPartCopy(
+          ref.bucket,
+          name,
+          storeUpload,
+          i + 1,
+          layout.blobName(part.blob),
+        );
+        if (etag === null) {
+          await this.uploads.require(ref);
+          throw partReplaced(part.partNumber);
+        }
+        copied.push({ partNumber: i + 1, etag });
+      }
+      await store.completeMultipart(ref.bucket, name, storeUpload, copied);
+    } catch (e) {
+      await store.abortMultipart(ref.bucket, name, storeUpload).catch(() => undefined);
+      await this.ctx.removeBlob(ref.bucket, blob);
+      throw e;
+    }
+  }
+}
+
+/** The recorded parts a completion names, checked against S3's rules (as the fs backend does). */
+function selectParts(recorded: PartManifest[], wanted: CompleteUploadInput["parts"]): PartManifest[] {
+  const byNumber = new Map(recorded.map((p) => [p.partNumber, p]));
+  const used = wanted.map((part) => {
+    const found = byNumber.get(part.partNumber);
+    if (!found || bareEtag(part.etag) !== found.md5) {
+      throw new DomainError(
+        "InvalidPart",
+        "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
+        { partNumber: part.partNumber },
+      );
+    }
+    return found;
+  });
+  used.forEach((part, i) => {
+    if (i < used.length - 1 && part.size < MIN_PART_SIZE) {
+      throw new DomainError(
+        "EntityTooSmall",
+        "Your proposed upload is smaller than the minimum allowed size",
+        {
+          partNumber: part.partNumber,
+          minSizeAllowed: MIN_PART_SIZE,
+          proposedSize: part.size,
+        },
+      );
+    }
+  });
+  return used;
+}
+
+/** Uploads sorted by key then id, from `from`; with an id marker, within the marker's key after it. */
+function* seekUploads(
+  sorted: UploadManifest[],
+  from: SeekFrom,
+  marker: { key: string; uploadId: string } | undefined,
+): Generator<UploadManifest> {
+  const reached = (u: UploadManifest) => {
+    const order = compareKeys(u.key, from.key);
+    if (from.inclusive) return order >= 0;
+    if (marker && marker.key === from.key && order === 0) return compareIds(u.uploadId, marker.uploadId) > 0;
+    return order > 0;
+  };
+  let low = 0;
+  let high = sorted.length;
+  while (low < high) {
+    const mid = (low + high) >>> 1;
+    if (reached(sorted[mid]!)) high = mid;
+    else low = mid + 1;
+  }
+  for (let i = low; i < sorted.length; i++) yield sorted[i]!;
+}
+
+// Upload ids are lower-case hex, so code unit order is byte order.
+const compareIds = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+const partReplaced = (partNumber: number) =>
+  new DomainError("InvalidPart", `part ${partNumber} was replaced while the upload was being completed`, {
+    partNumber,
+  });
+
+function assertNonNegative(name: string, value: number): void {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
+  }
+}
