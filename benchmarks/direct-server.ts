@@ -40,3 +40,11 @@ export async function startDirectServer(root: string): Promise<{ url: string; se
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
   return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, server };
 }
+
+// Run as a child process by the benchmarks: `tsx benchmarks/direct-server.ts <root>`.
+if (process.argv[1] && import.meta.filename === process.argv[1]) {
+  const root = process.argv[2];
+  if (!root) throw new Error("usage: direct-server.ts <root>");
+  const { url } = await startDirectServer(root);
+  process.stdout.write(`direct server listening on ${url}\n`);
+}

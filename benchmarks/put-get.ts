@@ -1,124 +1,144 @@
 /**
- * PUT and GET throughput through fencegate (fenced writes, filesystem backend) against the
- * direct baseline (benchmarks/direct-server.ts), with the same S3 client, sizes and
- * concurrency, in the same run. Prints figures and the fencegate/direct ratio.
+ * Fenced PUT and GET of 4 KiB and 1 MiB objects through fencegate (embedded default: fs backend,
+ * leases and audit log in its SQLite file) against the direct fsync+rename server
+ * (benchmarks/direct-server.ts) and s3rver, 16 signing clients, alternating rounds, medians.
+ * Bodies are sent with UNSIGNED-PAYLOAD to every target, so that none pays for a payload hash.
  *
- *   npx tsx benchmarks/put-get.ts [--seconds 5] [--concurrency 16]
+ *   npx tsx benchmarks/put-get.ts [--seconds 3] [--rounds 3]
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { parseArgs } from "node:util";
-import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, S3Client } from "@aws-sdk/client-s3";
-import { LeaseClient } from "../src/client/lease-client.js";
-import { startDirectServer } from "./direct-server.js";
+import { Endpoint, objectPath } from "./lib/http-client.js";
+import { alternate, closedLoop } from "./lib/load.js";
+import { type Row, table } from "./lib/report.js";
+import {
+  FENCEGATE_CREDS,
+  S3RVER_CREDS,
+  type Server,
+  startDirect,
+  startFencegate,
+  startS3rver,
+} from "./lib/servers.js";
 
-const { values } = parseArgs({
-  options: { seconds: { type: "string", default: "5" }, concurrency: { type: "string", default: "16" } },
-});
-const SECONDS = Number(values.seconds);
-const CONCURRENCY = Number(values.concurrency);
-const CREDS = { accessKeyId: "fencegate", secretAccessKey: "fencegate-secret" };
-const ROOT = resolve(import.meta.dirname, "..");
+export type PutGetOptions = { seconds: number; rounds: number; concurrency: number };
 
-type Target = { name: string; url: string; token?: string };
-type Result = { ops: number; bytes: number; seconds: number };
+type Target = { name: "fencegate" | "direct" | "s3rver"; ep: Endpoint; headers: Record<string, string> };
 
-function client(url: string): S3Client {
-  return new S3Client({
-    endpoint: url,
-    region: "us-east-1",
-    forcePathStyle: true,
-    credentials: CREDS,
-    maxAttempts: 1,
-    requestChecksumCalculation: "WHEN_REQUIRED",
+const KiB = 1024;
+const MiB = 1024 * KiB;
+
+async function leaseToken(gw: Endpoint): Promise<string> {
+  const res = await gw.ok({
+    method: "POST",
+    path: "/_fence/v1/leases",
+    headers: { "content-type": "application/json" },
+    body: Buffer.from(JSON.stringify({ bucket: "bench", prefix: "", ttlMs: 3_600_000, owner: "bench" })),
   });
+  return (JSON.parse(res.body.toString()) as { fencingToken: string }).fencingToken;
 }
 
-async function run(target: Target, op: "put" | "get", size: number): Promise<Result> {
-  const s3 = client(target.url);
-  const body = Buffer.alloc(size, 7);
-  const keys = Array.from({ length: CONCURRENCY }, (_, i) => `obj-${size}-${i}`);
-  const put = (key: string) =>
-    s3.send(
-      new PutObjectCommand({
-        Bucket: "bench",
-        Key: key,
-        Body: body,
-        Metadata: target.token ? { "fence-token": target.token } : undefined,
-      }),
-    );
-  if (op === "get") await Promise.all(keys.map(put));
-  let ops = 0;
-  const deadline = performance.now() + SECONDS * 1000;
-  const start = performance.now();
-  await Promise.all(
-    keys.map(async (key) => {
-      while (performance.now() < deadline) {
-        if (op === "put") await put(key);
-        else {
-          const res = await s3.send(new GetObjectCommand({ Bucket: "bench", Key: key }));
-          await res.Body!.transformToByteArray();
-        }
-        ops++;
+const put = (t: Target, key: string, body: Buffer) =>
+  t.ep.ok({ method: "PUT", path: objectPath("bench", key), headers: t.headers, body, unsigned: true });
+
+const get = (t: Target, key: string) =>
+  t.ep.ok({ method: "GET", path: objectPath("bench", key), discard: true });
+
+export async function putGetBench(opts: PutGetOptions): Promise<Row[]> {
+  const dir = mkdtempSync(join(tmpdir(), "fencegate-bench-putget-"));
+  const servers: Server[] = [];
+  const endpoints: Endpoint[] = [];
+  try {
+    const [fg, direct, s3rver] = await Promise.all([
+      startFencegate(join(dir, "fg")),
+      startDirect(join(dir, "direct")),
+      startS3rver(join(dir, "s3rver")),
+    ]);
+    servers.push(fg, direct, s3rver);
+    const targets: Target[] = [
+      {
+        name: "fencegate",
+        ep: new Endpoint("fencegate", fg.url, FENCEGATE_CREDS, opts.concurrency),
+        headers: {},
+      },
+      {
+        name: "direct",
+        ep: new Endpoint("direct", direct.url, FENCEGATE_CREDS, opts.concurrency),
+        headers: {},
+      },
+      { name: "s3rver", ep: new Endpoint("s3rver", s3rver.url, S3RVER_CREDS, opts.concurrency), headers: {} },
+    ];
+    endpoints.push(...targets.map((t) => t.ep));
+    for (const t of targets) await t.ep.ok({ method: "PUT", path: "/bench" });
+    targets[0]!.headers = { "x-fence-token": await leaseToken(targets[0]!.ep) };
+    const byName = Object.fromEntries(targets.map((t) => [t.name, t])) as Record<Target["name"], Target>;
+
+    const rows: Row[] = [];
+    for (const [label, size] of [
+      ["4 KiB", 4 * KiB],
+      ["1 MiB", MiB],
+    ] as const) {
+      const body = Buffer.alloc(size, 7);
+      const keyOf = (client: number) => `${label.replace(" ", "")}/c${client}`;
+      // Warm-up, and the objects the GETs read.
+      for (const t of targets) {
+        await closedLoop(opts.concurrency, 0.5, (c) => put(t, keyOf(c), body));
+        await Promise.all(Array.from({ length: opts.concurrency }, (_, c) => put(t, keyOf(c), body)));
       }
-    }),
-  );
-  const seconds = (performance.now() - start) / 1000;
-  s3.destroy();
-  return { ops, bytes: ops * size, seconds };
-}
-
-async function spawnFencegate(dataDir: string): Promise<{ url: string; child: ChildProcess }> {
-  const child = spawn(process.execPath, ["--import", "tsx", join(ROOT, "src/cli/main.ts"), "serve"], {
-    env: { ...process.env, FENCEGATE_PORT: "0", FENCEGATE_DATA_DIR: dataDir, FENCEGATE_LOG_LEVEL: "warn" },
-    stdio: ["ignore", "pipe", "inherit"],
-  });
-  const url = await new Promise<string>((res, rej) => {
-    let out = "";
-    child.stdout!.on("data", (d) => {
-      out += d;
-      const m = /fencegate listening on (http:\/\/\S+)/.exec(out);
-      if (m) res(m[1]!);
-    });
-    child.once("exit", (code) => rej(new Error(`fencegate exited with ${code}`)));
-  });
-  return { url, child };
-}
-
-const dir = mkdtempSync(join(tmpdir(), "fencegate-bench-"));
-const fg = await spawnFencegate(join(dir, "fencegate"));
-const direct = await startDirectServer(join(dir, "direct"));
-try {
-  const lc = new LeaseClient({ endpoint: fg.url, ...CREDS });
-  await client(fg.url).send(new CreateBucketCommand({ Bucket: "bench" }));
-  const lease = await lc.acquire({ bucket: "bench", prefix: "", ttlMs: 3_600_000 });
-  const targets: Target[] = [
-    { name: "fencegate", url: fg.url, token: lease.fencingToken },
-    { name: "direct", url: direct.url },
-  ];
-  const cases: Array<[string, "put" | "get", number]> = [
-    ["PUT 4 KiB", "put", 4 * 1024],
-    ["PUT 1 MiB", "put", 1024 * 1024],
-    ["GET 4 KiB", "get", 4 * 1024],
-    ["GET 1 MiB", "get", 1024 * 1024],
-  ];
-  console.log(`concurrency ${CONCURRENCY}, ${SECONDS} s per case, node ${process.version}`);
-  console.log("case        | fencegate ops/s (MiB/s) | direct ops/s (MiB/s) | ratio fencegate/direct");
-  for (const [name, op, size] of cases) {
-    const [a, b] = [await run(targets[0]!, op, size), await run(targets[1]!, op, size)];
-    const rate = (r: Result) => r.ops / r.seconds;
-    const mib = (r: Result) => r.bytes / r.seconds / 1024 / 1024;
-    console.log(
-      `${name.padEnd(11)} | ${rate(a).toFixed(0).padStart(7)} (${mib(a).toFixed(1).padStart(6)})        | ` +
-        `${rate(b).toFixed(0).padStart(6)} (${mib(b).toFixed(1).padStart(6)})       | ${(rate(a) / rate(b)).toFixed(2)}`,
-    );
+      for (const op of ["PUT", "GET"] as const) {
+        const results = await alternate(
+          ["fencegate", "direct", "s3rver"] as const,
+          opts.rounds,
+          async (name) => {
+            const t = byName[name];
+            const rate = await closedLoop(opts.concurrency, opts.seconds, (c) =>
+              op === "PUT" ? put(t, keyOf(c), body) : get(t, keyOf(c)),
+            );
+            return rate.perSecond;
+          },
+        );
+        const fgRate = results.fencegate.median;
+        const vsS3rver: Row = {
+          name: `${op} ${label}${op === "PUT" ? " fenced" : ""}`,
+          value: fgRate,
+          unit: "ops/s",
+          baselineName: "s3rver",
+          baseline: results.s3rver.median,
+        };
+        const vsDirect: Row = {
+          ...vsS3rver,
+          baselineName: "direct fsync+rename",
+          baseline: results.direct.median,
+        };
+        if (label === "4 KiB" && op === "PUT") {
+          vsS3rver.target = { kind: "ratio>=", bound: 1.5 };
+          vsDirect.target = { kind: "ratio>=", bound: 1.0 };
+        }
+        if (label === "4 KiB" && op === "GET") vsS3rver.target = { kind: "ratio>=", bound: 2 };
+        rows.push(vsS3rver, vsDirect);
+      }
+    }
+    return rows;
+  } finally {
+    for (const ep of endpoints) ep.close();
+    await Promise.all(servers.map((s) => s.stop()));
+    rmSync(dir, { recursive: true, force: true });
   }
-} finally {
-  fg.child.kill("SIGTERM");
-  direct.server.close();
-  direct.server.closeAllConnections();
-  await new Promise((r) => fg.child.once("exit", r));
-  rmSync(dir, { recursive: true, force: true });
+}
+
+if (import.meta.filename === process.argv[1]) {
+  const { values } = parseArgs({
+    options: {
+      seconds: { type: "string", default: "3" },
+      rounds: { type: "string", default: "3" },
+      concurrency: { type: "string", default: "16" },
+    },
+  });
+  const rows = await putGetBench({
+    seconds: Number(values.seconds),
+    rounds: Number(values.rounds),
+    concurrency: Number(values.concurrency),
+  });
+  console.log(table(rows));
 }

@@ -1,0 +1,90 @@
+/**
+ * Lease acquire+release pairs per second through the lease API, against the gateway's own health
+ * GET and a Hono hello-world on the same machine, 16 signing clients, alternating rounds.
+ *
+ *   npx tsx benchmarks/leases.ts [--seconds 4] [--rounds 3]
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { Endpoint } from "./lib/http-client.js";
+import { alternate, closedLoop } from "./lib/load.js";
+import { type Row, table } from "./lib/report.js";
+import { FENCEGATE_CREDS, startFencegate, startHonoHello } from "./lib/servers.js";
+
+export type LeaseBenchOptions = { seconds: number; rounds: number; concurrency: number };
+
+/** One acquire and one release of a lease on the client's own key. */
+export async function leasePair(gw: Endpoint, client: number, n: number): Promise<void> {
+  const body = Buffer.from(JSON.stringify({ bucket: "bench", key: `c${client}/k${n % 64}`, ttlMs: 30_000 }));
+  const acquired = await gw.ok({
+    method: "POST",
+    path: "/_fence/v1/leases",
+    headers: { "content-type": "application/json" },
+    body,
+  });
+  const { leaseId } = JSON.parse(acquired.body.toString()) as { leaseId: string };
+  await gw.ok({ method: "DELETE", path: `/_fence/v1/leases/${leaseId}` });
+}
+
+export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
+  const dir = mkdtempSync(join(tmpdir(), "fencegate-bench-leases-"));
+  const fg = await startFencegate(join(dir, "fg"));
+  const hono = await startHonoHello();
+  const gw = new Endpoint("fencegate", fg.url, FENCEGATE_CREDS, opts.concurrency);
+  const hello = new Endpoint("hono", hono.url, FENCEGATE_CREDS, opts.concurrency);
+  try {
+    await gw.ok({ method: "PUT", path: "/bench" });
+    // Warm both servers (JIT, prepared statements) before anything is measured.
+    await closedLoop(opts.concurrency, 1, (c, n) => leasePair(gw, c, n));
+    await closedLoop(opts.concurrency, 0.5, () => hello.ok({ method: "GET", path: "/" }));
+    const results = await alternate(["pairs", "health", "hono"] as const, opts.rounds, async (target) => {
+      if (target === "pairs") {
+        return (await closedLoop(opts.concurrency, opts.seconds, (c, n) => leasePair(gw, c, n))).perSecond;
+      }
+      const ep = target === "health" ? gw : hello;
+      const path = target === "health" ? "/_fence/v1/health" : "/";
+      return (await closedLoop(opts.concurrency, opts.seconds, () => ep.ok({ method: "GET", path })))
+        .perSecond;
+    });
+    return [
+      {
+        name: "lease acquire+release",
+        value: results.pairs.median,
+        unit: "pairs/s",
+        baselineName: "gateway health GET/s",
+        baseline: results.health.median,
+        target: { kind: "ratio>=", bound: 0.3 },
+      },
+      {
+        name: "lease acquire+release",
+        value: results.pairs.median,
+        unit: "pairs/s",
+        baselineName: "Hono hello-world GET/s",
+        baseline: results.hono.median,
+      },
+    ];
+  } finally {
+    gw.close();
+    hello.close();
+    await Promise.all([fg.stop(), hono.stop()]);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (import.meta.filename === process.argv[1]) {
+  const { values } = parseArgs({
+    options: {
+      seconds: { type: "string", default: "4" },
+      rounds: { type: "string", default: "3" },
+      concurrency: { type: "string", default: "16" },
+    },
+  });
+  const rows = await leaseBench({
+    seconds: Number(values.seconds),
+    rounds: Number(values.rounds),
+    concurrency: Number(values.concurrency),
+  });
+  console.log(table(rows));
+}
