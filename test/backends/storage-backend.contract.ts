@@ -922,6 +922,30 @@ export function describeStorageBackendContract(name: string, factory: BackendFac
         expect(await content("never")).toBe("now");
       });
 
+      it("raises the HCT in a bucket that is gone or not created yet; the bucket created later keeps it", async () => {
+        // A bucket whose objects never had an HCT is deleted outright, also from a remote store.
+        await put("k", "v", null);
+        await del("k", null);
+        await backend.deleteBucket(bucket);
+        const later = `fg-later-${randomUUID().slice(0, 8)}`;
+        for (const b of [bucket, later]) {
+          expect(await backend.raiseHighestToken(b, "k", 7)).toBe(7);
+          expect(await backend.raiseHighestToken(b, "k", 3)).toBe(7);
+          await rejectsWithCode(backend.headBucket(b), "NoSuchBucket");
+          expect((await backend.listBuckets()).map((x) => x.name)).not.toContain(b);
+          await backend.createBucket(b);
+          expect((await backend.listObjects({ bucket: b, maxKeys: 10 })).objects).toEqual([]);
+          await rejectsWithCode(
+            backend.putObject(
+              { bucket: b, key: "k", body: verifiedBody("stale"), metadata: metadataOf() },
+              fencedCommit(6, { conditions: { ifNoneMatch: "*" } }),
+            ),
+            "StaleFencingToken",
+          );
+          expect(await backend.highestToken(b, "k")).toBe(7);
+        }
+      });
+
       it("commits an unfenced write under a ceiling only while the HCT is at or below it", async () => {
         await put("k", "v1", 5);
         const ceiling = (value: number) => ({ fence: { ceiling: value } });

@@ -58,6 +58,24 @@ export class BucketOps {
     );
   }
 
+  /**
+   * Makes sure the store bucket exists, to hold HCTs: a bucket missing from the store is created
+   * deleted for fencegate (with its marker). One that exists, or that another writer created
+   * meanwhile, is left as it is.
+   */
+  async keepForHcts(bucket: string): Promise<void> {
+    if ((await this.ctx.store.bucketState(bucket)) !== "missing") return;
+    if (!(await this.ctx.store.createBucket(bucket))) return;
+    await this.markDeleted(bucket);
+  }
+
+  private async markDeleted(bucket: string): Promise<void> {
+    await this.ctx.store.put(bucket, this.ctx.layout.deletedMarker, {
+      body: Buffer.from(JSON.stringify({ deleted: this.ctx.clock() })),
+      contentType: "application/json",
+    });
+  }
+
   async head(bucket: string): Promise<BucketInfo> {
     const [listed, deleted] = await Promise.all([
       this.ctx.store.listBuckets(bucket),
@@ -74,10 +92,7 @@ export class BucketOps {
     // Kept in the store when records carry HCTs, or when plain objects are there (hidden by
     // tombstones, since the listing found none): fencegate never deletes bytes it did not write.
     if ((await this.keepsHcts(bucket)) || (await this.hasPlainObjects(bucket))) {
-      await this.ctx.store.put(bucket, this.ctx.layout.deletedMarker, {
-        body: Buffer.from(JSON.stringify({ deleted: this.ctx.clock() })),
-        contentType: "application/json",
-      });
+      await this.markDeleted(bucket);
       return;
     }
     for (const u of await this.ctx.store.listStoreUploads(bucket, this.ctx.layout.meta)) {

@@ -230,6 +230,19 @@ export class S3Backend implements StorageBackend {
     if (!(Number.isSafeInteger(token) && token >= 0)) {
       throw new DomainError("InvalidArgument", "a fencing token must be a non-negative integer");
     }
+    try {
+      return await this.raise(bucket, key, token);
+    } catch (e) {
+      if (!(e instanceof DomainError && e.code === "NoSuchBucket")) throw e;
+    }
+    // The HCT must outlive a bucket that is gone from the store (or not created yet): a commit
+    // paused before the bucket went would otherwise land in a bucket created again. Keep it in a
+    // store bucket deleted for fencegate, which createBucket turns into the bucket, HCTs and all.
+    await this.buckets.keepForHcts(bucket);
+    return this.raise(bucket, key, token);
+  }
+
+  private async raise(bucket: string, key: string, token: number): Promise<number> {
     await this.ctx.gate.require(bucket);
     const { result } = await this.ctx.commit<number>(
       { op: "raise", bucket, key },
