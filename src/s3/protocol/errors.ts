@@ -8,6 +8,8 @@ export type S3WireError = {
   status: number;
   /** Extra elements of the error document (HighestToken, StringToSign, ...). */
   extra: Record<string, string | number>;
+  /** Whole seconds for a Retry-After header (throttling, a busy backend). */
+  retryAfterSeconds?: number;
 };
 
 type Wire = readonly [code: string, status: number];
@@ -98,7 +100,12 @@ const INTERNAL: S3WireError = {
 export function toS3Error(err: unknown): S3WireError {
   if (!isDomainError(err)) return INTERNAL;
   const [code, status] = S3_WIRE[err.code];
-  return { code, status, message: err.message, extra: extraElements(err.details) };
+  const wire: S3WireError = { code, status, message: err.message, extra: extraElements(err.details) };
+  const retryAfter = err.details.retryAfterSeconds;
+  if (typeof retryAfter === "number" && Number.isFinite(retryAfter) && retryAfter >= 0) {
+    wire.retryAfterSeconds = Math.ceil(retryAfter);
+  }
+  return wire;
 }
 
 /** PascalCase details are S3 error elements; highestToken is the contract's HighestToken. */

@@ -7,6 +7,8 @@ import { createS3Backend, type S3Backend, UnknownOutcomeError } from "../../../s
 import { DomainError } from "../../../src/core/errors.js";
 import { fencedCommit } from "../../../src/fence/commit.js";
 import { metadataOf, readAll, verifiedBody } from "../../support/bodies.js";
+import { startTestGateway } from "../../support/gateway.js";
+import { expectS3Error, rawRequest, signedRequest } from "../../support/signed-http.js";
 import { holdingHooks } from "./hold.js";
 import { startProxy } from "./proxy.js";
 import { backendOptions, recordName, type S3Fixture, s3Fixture } from "./s3-fixture.js";
@@ -99,6 +101,14 @@ describe("throttling", () => {
     throttling = await listen((req, res) => {
       requests++;
       req.resume();
+      // The gateway's health check lists buckets: that one call is answered, with no buckets.
+      if (req.method === "GET" && req.url?.split("?")[0] === "/") {
+        res.writeHead(200, { "content-type": "application/xml" });
+        res.end(
+          '<?xml version="1.0" encoding="UTF-8"?><ListAllMyBucketsResult><Buckets></Buckets></ListAllMyBucketsResult>',
+        );
+        return;
+      }
       const slowDown = !req.url?.includes("too-many");
       res.writeHead(slowDown ? 503 : 429, { "content-type": "application/xml", "retry-after": "2" });
       res.end(
@@ -122,6 +132,34 @@ describe("throttling", () => {
       code: "SlowDown",
       details: { retryAfterSeconds: 2 },
     });
+  });
+
+  it("reaches the client: the gateway answers 503 SlowDown with the store's Retry-After", async () => {
+    const gateway = await startTestGateway({
+      env: {
+        FENCEGATE_BACKEND: "s3",
+        FENCEGATE_S3_ENDPOINT: throttling.url,
+        FENCEGATE_S3_ACCESS_KEY_ID: "store-key",
+        FENCEGATE_S3_SECRET_ACCESS_KEY: "store-secret",
+        FENCEGATE_S3_FORCE_PATH_STYLE: "true",
+        FENCEGATE_FENCING: "optional",
+      },
+    });
+    try {
+      const get = await signedRequest(gateway.url, { method: "GET", path: "/throttled/k" });
+      expectS3Error(get, "SlowDown", 503);
+      expect(get.headers["retry-after"]).toBe("2");
+      const head = await signedRequest(gateway.url, { method: "HEAD", path: "/throttled/k" });
+      expect(head.status).toBe(503);
+      expect(head.headers["x-amz-error-code"]).toBe("SlowDown");
+      expect(head.headers["retry-after"]).toBe("2");
+      // An error without a retry hint carries no Retry-After.
+      const bad = await rawRequest(gateway.url, { method: "GET", path: "/throttled/k" }); // unsigned
+      expectS3Error(bad, "AccessDenied", 403);
+      expect(bad.headers["retry-after"]).toBeUndefined();
+    } finally {
+      await gateway.stop();
+    }
   });
 });
 
