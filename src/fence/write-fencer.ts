@@ -136,7 +136,12 @@ export class WriteFencer {
         atomic: (outcome: CommitOutcome) => {
           if (joins.leases) this.checkInStep(ctx, authorized);
           if (joins.audit) {
-            this.opts.audit.appendInStep!(this.draft(ctx, authorized, accepted(outcome)));
+            try {
+              this.opts.audit.appendInStep!(this.draft(ctx, authorized, accepted(outcome)));
+            } catch (cause) {
+              // The step rolls back: nothing is committed, and the answer says why.
+              throw auditUnavailable(cause);
+            }
             recorded = true;
           }
         },
@@ -218,12 +223,7 @@ export class WriteFencer {
     try {
       await this.opts.audit.append(this.draft(ctx, auth, outcome));
     } catch (cause) {
-      throw new DomainError(
-        "ServiceUnavailable",
-        "the audit log could not record the decision on this write; nothing is answered without it",
-        {},
-        { cause },
-      );
+      throw auditUnavailable(cause);
     }
   }
 
@@ -246,6 +246,16 @@ export class WriteFencer {
       ...outcome,
     };
   }
+}
+
+/** A decision the audit log could not take: never answered as if it had been. */
+function auditUnavailable(cause: unknown): DomainError {
+  return new DomainError(
+    "ServiceUnavailable",
+    "the audit log could not record the decision on this write; nothing is answered without it",
+    {},
+    { cause },
+  );
 }
 
 const accepted = (outcome: CommitOutcome): Pick<AuditDraft, "decision" | "reason" | "highestToken"> => ({

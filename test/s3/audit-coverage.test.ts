@@ -76,12 +76,16 @@ describe("audit records and commits", () => {
           ),
       );
 
-    await expect(write()).rejects.toThrow("disk full");
+    // Answered 503 (the log could not take the decision), never as a fault of the request.
+    await expect(write()).rejects.toMatchObject({
+      code: "ServiceUnavailable",
+      cause: new Error("disk full"),
+    });
     await expect(backend.headObject("bkt", "k")).rejects.toMatchObject({ code: "NoSuchKey" });
     expect(await backend.highestToken("bkt", "k")).toBeNull();
     const refused = await log.query({ limit: 10 });
     expect(refused.records.map((r) => [r.op, r.decision, r.reason])).toEqual([
-      ["PutObject", "rejected", "InternalError"],
+      ["PutObject", "rejected", "ServiceUnavailable"],
     ]);
 
     failRecording = false;

@@ -43,20 +43,38 @@ export const createMultipartUpload: S3Operation = async (req, { backend, fencer 
   checkRequestedAcl(req, "object");
   checkStorageClass(req);
   const metadata = metadataFromRequest(req);
-  const result = await fencer.write(writeContext(req, "CreateMultipartUpload"), (commit, auth) =>
-    // The upload is bound to the lease the fencer authorized (none for an unfenced upload).
-    backend.multipart.createUpload(
-      {
-        bucket,
-        key,
-        metadata,
-        token: auth.fenced ? auth.claims.token : null,
-        leaseId: auth.fenced ? auth.claims.leaseId : null,
-        initiator: req.principal,
-      },
-      commit,
-    ),
-  );
+  let created: string | undefined;
+  let result: Awaited<ReturnType<typeof backend.multipart.createUpload>> & { token: number | null };
+  try {
+    result = await fencer.write(writeContext(req, "CreateMultipartUpload"), async (commit, auth) => {
+      // The upload is bound to the lease the fencer authorized (none for an unfenced upload).
+      const upload = await backend.multipart.createUpload(
+        {
+          bucket,
+          key,
+          metadata,
+          token: auth.fenced ? auth.claims.token : null,
+          leaseId: auth.fenced ? auth.claims.leaseId : null,
+          initiator: req.principal,
+        },
+        commit,
+      );
+      created = upload.uploadId;
+      return upload;
+    });
+  } catch (err) {
+    // Created, but the audit log could not take the decision (a log outside the backend's
+    // transaction): the client is answered 503 and never learns the id, so the upload goes too.
+    if (created !== undefined) {
+      await backend.multipart.abortUpload({ bucket, key, uploadId: created }).catch((e) => {
+        req.log.warn(
+          { err: e, uploadId: created },
+          "could not remove an upload the audit log did not record",
+        );
+      });
+    }
+    throw err;
+  }
   return {
     status: 200,
     headers: acceptedHeaders(result.token),
