@@ -1,0 +1,33 @@
+import type { CommitIntentRef, LeaseRecord } from "../lease-store.js";
+
+/** A lease hash as Redis returns it (HGETALL: field, value, field, value, ...), as a LeaseRecord. */
+export function decodeLease(raw: unknown): LeaseRecord | null {
+  if (!Array.isArray(raw) || raw.length === 0) return null;
+  const f = new Map<string, string>();
+  for (let i = 0; i + 1 < raw.length; i += 2) f.set(String(raw[i]), String(raw[i + 1]));
+  const lease: LeaseRecord = {
+    leaseId: f.get("id")!,
+    bucket: f.get("b")!,
+    ...(f.has("k") ? { key: f.get("k")! } : { prefix: f.get("p")! }),
+    owner: f.get("o") ?? "",
+    token: Number(f.get("tok")),
+    ttlMs: Number(f.get("ttl")),
+    acquiredAt: Number(f.get("acq")),
+    expiresAt: Number(f.get("exp")),
+  };
+  if (f.has("rel")) lease.releasedAt = Number(f.get("rel"));
+  return lease;
+}
+
+export function decodeLeases(raw: unknown): LeaseRecord[] {
+  return Array.isArray(raw) ? raw.map((r) => decodeLease(r)!).filter((l) => l !== null) : [];
+}
+
+/** (id, bucket, key) triples, as intents_under returns them. */
+export function decodeIntents(raw: unknown): CommitIntentRef[] {
+  const flat = Array.isArray(raw) ? raw.map(String) : [];
+  const out: CommitIntentRef[] = [];
+  for (let i = 0; i + 2 < flat.length; i += 3)
+    out.push({ intentId: flat[i]!, bucket: flat[i + 1]!, key: flat[i + 2]! });
+  return out;
+}

@@ -1,0 +1,51 @@
+import { PRELUDE } from "./prelude.js";
+
+/**
+ * Commit intents (src/fence/commit.ts): the check that a write's lease is current and the record
+ * of the write, in one script, so that no grant can land between them.
+ *
+ * ARGV[3..8]: intent id, kind ('fenced' | 'unfenced'), bucket, key, lease id, token.
+ * Answers {'ok', ceiling}, {'epoch'} while the floor is unknown, or
+ * {'refused', now, lease, newer, covering} with the facts the refusal rests on (empty when
+ * absent), from which the store builds the same error as every other store (judgeIntent).
+ */
+export const BEGIN_COMMIT = `${PRELUDE}
+local intent_id, kind, b, key, lid, tok = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local now = clock(true)
+-- The ceiling of an unfenced write is the last token taken: a floor Redis lost could make it
+-- lower than a token already granted.
+local last = floor_known()
+if not last then return {'epoch'} end
+if kind == 'unfenced' then
+  -- No active lease may cover a key written without a token.
+  local covering = active_overlapping(b, key, nil, now)
+  if covering then return {'refused', fmt(now), {}, {}, covering.raw} end
+else
+  local l = lease(lid)
+  if not l then return {'refused', fmt(now), {}, {}, {}} end
+  local covers = l.b == b and ((l.k ~= nil and l.k == key) or (l.p ~= nil and string.sub(key, 1, #l.p) == l.p))
+  if not covers or l.tok ~= tok then return {'refused', fmt(now), l.raw, {}, {}} end
+  -- Ended or expired: superseded when a newer overlapping lease exists, expired otherwise.
+  if not is_active(l, now) then
+    local n = newer_overlapping(l)
+    if n then return {'refused', fmt(now), l.raw, n.raw, {}} end
+    return {'refused', fmt(now), l.raw, {}, {}}
+  end
+end
+-- Filed by object, so that a grant finds the intents under its resource without reading others.
+local fields = {'b', b, 'k', key, 'at', fmt(now)}
+if kind == 'fenced' then
+  fields[#fields + 1] = 'lid'; fields[#fields + 1] = lid
+  fields[#fields + 1] = 'tok'; fields[#fields + 1] = fmt(tok)
+end
+redis.call('HSET', P .. ':intent:' .. intent_id, unpack(fields))
+redis.call('SADD', P .. ':ikl:' .. bk(b) .. ':' .. key, intent_id)
+redis.call('ZADD', P .. ':ik:' .. bk(b), 0, key)
+return {'ok', fmt(last)}
+`;
+
+/** ARGV[3..]: intent ids; unknown ones are ignored (endCommit and clearIntents alike). */
+export const FORGET_INTENTS = `${PRELUDE}
+for i = 3, #ARGV do forget_intent(ARGV[i]) end
+return #ARGV - 2
+`;

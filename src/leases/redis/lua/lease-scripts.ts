@@ -1,0 +1,180 @@
+import { PRELUDE } from "./prelude.js";
+
+/**
+ * The lease scripts: each lease-store operation is one of these, run atomically by Redis. Each
+ * starts with the prelude (key layout, clock, token floor, overlap lookups). A script that needs
+ * a token and finds the floor unknown answers {'epoch'} and changes nothing; the store installs
+ * a new epoch and runs it again.
+ */
+
+/** ARGV[3..8]: kind ('k' | 'p'), bucket, key or prefix, owner, ttl ms, the new lease's id. */
+export const ACQUIRE = `${PRELUDE}
+local kind, b, s, owner, ttl, id = ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local key, prefix = nil, nil
+if kind == 'k' then key = s else prefix = s end
+local now = clock(true)
+-- Mutual exclusion: an active lease on an overlapping resource stands in the way (the one
+-- with the lowest token, so that every replica names the same holder).
+local held = active_overlapping(b, key, prefix, now)
+if held then return {'held', held.raw} end
+-- Commits of ended leases may still be in flight on objects this resource covers: nobody is
+-- granted it before the caller has raised those objects' HCT above a fresh token.
+local pending = intents_under(b, key, prefix)
+if #pending > 0 then
+  local tok = take_token()
+  if not tok then return {'epoch'} end
+  return {'fence', fmt(tok), pending}
+end
+-- The token and the lease in one step: a grant is never seen without its token taken.
+local tok = take_token()
+if not tok then return {'epoch'} end
+local l = {id = id, b = b, k = key, p = prefix, tok = tok}
+local fields = {'id', id, 'b', b, 'o', owner, 'tok', fmt(tok), 'ttl', fmt(ttl), 'acq', fmt(now),
+  'exp', fmt(now + ttl)}
+if key ~= nil then fields[#fields + 1] = 'k'; fields[#fields + 1] = key
+else fields[#fields + 1] = 'p'; fields[#fields + 1] = prefix end
+redis.call('HSET', LEASE .. id, unpack(fields))
+-- Open leases for overlap checks, remembered ones for findNewerOverlapping, expiry order for
+-- collectExpired and list.
+file('ok', 'op', l)
+file('rk', 'rp', l)
+redis.call('ZADD', P .. ':exp', fmt(now + ttl), id)
+-- Redis's TTL is a backstop only: expiry is decided from 'exp' against the clock above.
+redis.call('PEXPIRE', LEASE .. id, fmt(ttl + RETAIN + MARGIN))
+return {'granted', redis.call('HGETALL', LEASE .. id)}
+`;
+
+/** ARGV[3..4]: lease id, ttl ms. Only the lease's id reaches it: no resource lookup. */
+export const RENEW = `${PRELUDE}
+local id, ttl = ARGV[3], tonumber(ARGV[4])
+local now = clock(true)
+local l = lease(id)
+if not l then return {'notfound'} end
+if l.rel then return {'released'} end
+-- An expired lease stays expired even if nobody took its resource: its holder must know.
+if not is_active(l, now) then return {'expired', fmt(l.exp)} end
+redis.call('HSET', LEASE .. id, 'exp', fmt(now + ttl), 'ttl', fmt(ttl))
+redis.call('ZADD', P .. ':exp', fmt(now + ttl), id)
+redis.call('PEXPIRE', LEASE .. id, fmt(ttl + RETAIN + MARGIN))
+return {'ok', redis.call('HGETALL', LEASE .. id)}
+`;
+
+/** ARGV[3]: lease id. */
+export const RELEASE = `${PRELUDE}
+local id = ARGV[3]
+local l = lease(id)
+if not l or l.rel then return {'notfound'} end
+local now = clock(true)
+redis.call('HSET', LEASE .. id, 'rel', fmt(now))
+-- Out of the open indexes at once: the resource is free for the next grant.
+if is_open(l) then
+  unfile('ok', 'op', l)
+  redis.call('ZREM', P .. ':exp', id)
+end
+-- Still answerable (get, findNewerOverlapping) until retention forgets it.
+keep_until(l, math.min(now, l.exp), now)
+return {'ok', redis.call('HGETALL', LEASE .. id)}
+`;
+
+/** ARGV[3]: the most leases to report at once. */
+export const COLLECT_EXPIRED = `${PRELUDE}
+local now = clock(true)
+local ids = redis.call('ZRANGEBYSCORE', P .. ':exp', '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, id in ipairs(ids) do
+  local l = lease(id)
+  -- Marked reported in the same step that reports it: one replica reports each expiry once.
+  if l and is_open(l) and l.exp <= now then
+    redis.call('HSET', LEASE .. id, 'rep', '1')
+    unfile('ok', 'op', l)
+    keep_until(l, l.exp, now)
+    out[#out + 1] = l
+  end
+  redis.call('ZREM', P .. ':exp', id)
+end
+table.sort(out, by_token)
+return raws(out)
+`;
+
+/**
+ * ARGV[3]: the most due leases to look at. Forgets leases that ended at least the retention ago,
+ * in token order, each only once no older overlapping lease stays remembered (the rule of
+ * selectForgettable in src/leases/embedded/retention.ts): findNewerOverlapping of a remembered
+ * lease must never miss its successor.
+ */
+export const SWEEP = `${PRELUDE}
+local now = clock(false)
+local ids = redis.call('ZRANGEBYSCORE', P .. ':forget', '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[3]))
+local due = {}
+for _, id in ipairs(ids) do
+  local l = lease(id)
+  if l then due[#due + 1] = l else redis.call('ZREM', P .. ':forget', id) end
+end
+table.sort(due, by_token)
+local forgotten = 0
+for _, l in ipairs(due) do
+  local older = lowest(overlapping(false, l.b, l.k, l.p), function(o) return o.tok < l.tok end)
+  if not older then
+    unfile('rk', 'rp', l)
+    redis.call('DEL', LEASE .. l.id)
+    redis.call('ZREM', P .. ':forget', l.id)
+    forgotten = forgotten + 1
+  end
+end
+return forgotten
+`;
+
+/** ARGV[3]: lease id. */
+export const GET = `${PRELUDE}
+return redis.call('HGETALL', LEASE .. ARGV[3])
+`;
+
+/** ARGV[3..6]: bucket, '1' when the bucket filters, prefix, '1' when the prefix filters. */
+export const LIST = `${PRELUDE}
+local b, by_bucket, prefix, by_prefix = ARGV[3], ARGV[4] == '1', ARGV[5], ARGV[6] == '1'
+local now = clock(false)
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. ':exp', '(' .. fmt(now), '+inf')) do
+  local l = lease(id)
+  if l and is_active(l, now) and (not by_bucket or l.b == b) then
+    local s = l.k or l.p
+    if not by_prefix or string.sub(s, 1, #prefix) == prefix then out[#out + 1] = l end
+  end
+end
+table.sort(out, by_token)
+return raws(out)
+`;
+
+/** ARGV[3..4]: bucket, key. */
+export const FIND_COVERING = `${PRELUDE}
+local l = active_overlapping(ARGV[3], ARGV[4], nil, clock(false))
+if l then return l.raw end
+return {}
+`;
+
+/** ARGV[3..6]: kind ('k' | 'p'), bucket, key or prefix, token of the lease asked about. */
+export const FIND_NEWER = `${PRELUDE}
+local l = {b = ARGV[4], tok = tonumber(ARGV[6])}
+if ARGV[3] == 'k' then l.k = ARGV[5] else l.p = ARGV[5] end
+local n = newer_overlapping(l)
+if n then return n.raw end
+return {}
+`;
+
+/**
+ * ARGV[3]: the epoch to install. Installs it when it is above the floor's epoch: the counter
+ * starts over at epoch × 2^32, above every token of every earlier epoch. An equal or higher
+ * epoch already installed in this server's lifetime is kept ('current'); one installed before a
+ * restart is not enough ('stale': the caller must create a higher one).
+ */
+export const INSTALL_EPOCH = `${PRELUDE}
+local e = tonumber(ARGV[3])
+local f = redis.call('HMGET', P .. ':floor', 'runid', 'epoch')
+local run = current_runid()
+if f[2] and tonumber(f[2]) >= e then
+  if f[1] == run then return {'current', f[2]} end
+  return {'stale', f[2]}
+end
+redis.call('HSET', P .. ':floor', 'epoch', fmt(e), 'last', fmt(e * EPOCH_SPAN), 'runid', run)
+return {'installed', fmt(e)}
+`;

@@ -1,0 +1,337 @@
+import { randomBytes } from "node:crypto";
+import { Redis } from "ioredis";
+import type { Clock } from "../../core/clock.js";
+import { DomainError } from "../../core/errors.js";
+import type { Logger } from "../../core/log.js";
+import { judgeIntent, newLeaseId } from "../lease-rules.js";
+import type { AcquireResult, CommitIntent, LeaseRecord, LeaseStore } from "../lease-store.js";
+import { validateAcquire, validateTtl } from "../memory/validate.js";
+import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
+import { decodeIntents, decodeLease, decodeLeases } from "./lease-codec.js";
+import { BEGIN_COMMIT, FORGET_INTENTS } from "./lua/intent-scripts.js";
+import {
+  ACQUIRE,
+  COLLECT_EXPIRED,
+  FIND_COVERING,
+  FIND_NEWER,
+  GET,
+  INSTALL_EPOCH,
+  LIST,
+  RELEASE,
+  RENEW,
+  SWEEP,
+} from "./lua/lease-scripts.js";
+import { LuaScript } from "./lua-script.js";
+
+export type RedisLeaseStoreOptions = {
+  /** redis://[user:password@]host:port[/db], or rediss:// for TLS. */
+  url: string;
+  /** Where token epochs live durably (see epoch-store.ts). */
+  epochs: EpochStore;
+  /** Every key starts with this; the braces make it a hash tag (one cluster slot). Default {fencegate}. */
+  keyPrefix?: string;
+  /** Decide with this clock instead of Redis's TIME (tests). Default: Redis's TIME, one clock for every replica. */
+  clock?: Clock;
+  /** How long an ended lease stays answerable by get/findNewerOverlapping. Default 24h. */
+  retainMs?: number;
+  /** Minimum interval between retention sweeps (run from collectExpired). Default 1 min. */
+  sweepEveryMs?: number;
+  /** A Redis command that has not answered by then fails (and the operation answers 503). Default 2 s. */
+  commandTimeoutMs?: number;
+  log?: Logger;
+};
+
+export type RedisLeaseStore = LeaseStore & {
+  /** The connection, for the start-up settings check and tests. */
+  readonly redis: Redis;
+  /** Stops every operation with LeaseStoreUnavailable and this reason (unsafe settings), or resumes (null). */
+  refuse(reason: string | null): void;
+  /** Forgets ended leases older than retainMs now; returns how many. Runs by itself too. */
+  sweep(): Promise<number>;
+  /** Resolves once connected (true), or false after `timeoutMs` without a connection. */
+  ready(timeoutMs: number): Promise<boolean>;
+};
+
+const DAY_MS = 24 * 60 * 60 * 1000;
+const COLLECT_LIMIT = 1000;
+const SWEEP_LIMIT = 500;
+
+const SCRIPTS = {
+  acquire: new LuaScript("acquire", ACQUIRE),
+  renew: new LuaScript("renew", RENEW),
+  release: new LuaScript("release", RELEASE),
+  collectExpired: new LuaScript("collect-expired", COLLECT_EXPIRED),
+  sweep: new LuaScript("sweep", SWEEP),
+  get: new LuaScript("get", GET),
+  list: new LuaScript("list", LIST),
+  findCovering: new LuaScript("find-covering", FIND_COVERING),
+  findNewer: new LuaScript("find-newer", FIND_NEWER),
+  installEpoch: new LuaScript("install-epoch", INSTALL_EPOCH),
+  beginCommit: new LuaScript("begin-commit", BEGIN_COMMIT),
+  forgetIntents: new LuaScript("forget-intents", FORGET_INTENTS),
+};
+
+const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] =>
+  l.key !== undefined ? ["k", l.key] : ["p", l.prefix ?? ""];
+
+/**
+ * A lease store on one Redis (or a Redis primary with replicas), shared by every gateway replica.
+ * Each operation is one Lua script (src/leases/redis/lua), so that a check and the change it
+ * allows are one atomic step for all replicas. Tokens are epoch × 2^32 + counter: the counter in
+ * Redis, the epoch in an EpochStore outside it, advanced whenever Redis may have lost the counter.
+ *
+ * It fails closed: while Redis cannot be reached, or the token floor is unknown, every operation
+ * throws DomainError LeaseStoreUnavailable (503); it resumes by itself once Redis is back.
+ * Commands are never queued while disconnected nor resent after a reconnect: an operation whose
+ * outcome is unknown answers 503, and whatever it left behind (a lease nobody holds, an intent)
+ * only expires or gets fenced.
+ */
+export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseStore {
+  const P = opts.keyPrefix ?? "{fencegate}";
+  const retainMs = opts.retainMs ?? DAY_MS;
+  const sweepEveryMs = opts.sweepEveryMs ?? 60_000;
+  const where = redactUrl(opts.url);
+  const redis = new Redis(opts.url, {
+    enableOfflineQueue: false,
+    autoResendUnfulfilledCommands: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: opts.commandTimeoutMs ?? 2_000,
+    connectTimeout: opts.commandTimeoutMs ?? 2_000,
+    // Reconnect for ever, at most a second apart: service resumes by itself.
+    retryStrategy: (times) => Math.min(50 * times, 1_000),
+  });
+  let lastError = "";
+  redis.on("error", (e: Error) => {
+    if (e.message !== lastError) opts.log?.warn({ err: e.message, redis: where }, "Redis lease store");
+    lastError = e.message;
+  });
+  redis.on("ready", () => {
+    lastError = "";
+  });
+
+  let refusal: string | null = null;
+  let closed = false;
+  let advancing: Promise<void> | null = null;
+  let lastSweepAt = Number.NEGATIVE_INFINITY;
+
+  const unavailable = (why: string) =>
+    new DomainError("LeaseStoreUnavailable", `the Redis lease store (${where}) is unavailable: ${why}`);
+
+  async function run(script: LuaScript, args: readonly (string | number)[]): Promise<unknown> {
+    if (closed) throw unavailable("the store is closed");
+    if (refusal) throw unavailable(refusal);
+    const now = opts.clock ? String(opts.clock()) : "";
+    try {
+      return await script.run(redis, [P], [now, retainMs, ...args]);
+    } catch (e) {
+      throw unavailable((e as Error).message);
+    }
+  }
+
+  /** Runs a script that takes tokens; installs a new epoch when it finds the floor unknown. */
+  async function runWithFloor(script: LuaScript, args: readonly (string | number)[]): Promise<unknown[]> {
+    for (let attempt = 0; attempt < 4; attempt++) {
+      const reply = (await run(script, args)) as unknown[];
+      if (reply[0] !== "epoch") return reply;
+      await advanceEpoch();
+    }
+    throw unavailable("the token floor keeps changing (is Redis restarting?)");
+  }
+
+  /** One advance at a time per gateway; others wait for it. */
+  function advanceEpoch(): Promise<void> {
+    advancing ??= installNextEpoch().finally(() => {
+      advancing = null;
+    });
+    return advancing;
+  }
+
+  async function installNextEpoch(): Promise<void> {
+    let seen = -1;
+    for (let attempt = 0; attempt < 16; attempt++) {
+      let next: number;
+      try {
+        next = Math.max(await opts.epochs.highest(), seen) + 1;
+        if (next > MAX_EPOCH) throw new Error("every epoch is used up");
+        if (!(await opts.epochs.create(next))) continue; // another gateway took it: take the next
+      } catch (e) {
+        throw unavailable(
+          `the token floor is unknown and the epoch store cannot advance it: ${(e as Error).message}`,
+        );
+      }
+      const [status, value] = (await run(SCRIPTS.installEpoch, [next])) as [string, string];
+      opts.log?.info({ epoch: next, status, redis: where }, "Redis lease store: token epoch");
+      if (status !== "stale") return;
+      seen = Number(value);
+    }
+    throw unavailable("could not install a new token epoch");
+  }
+
+  async function maybeSweep(): Promise<void> {
+    const now = Date.now();
+    if (now - lastSweepAt < sweepEveryMs && now >= lastSweepAt) return;
+    lastSweepAt = now;
+    await run(SCRIPTS.sweep, [SWEEP_LIMIT]);
+  }
+
+  return {
+    kind: "redis",
+    redis,
+
+    async tryAcquire(input): Promise<AcquireResult> {
+      validateAcquire(input);
+      const [kind, s] = resourceArgs(input.resource);
+      const reply = await runWithFloor(SCRIPTS.acquire, [
+        kind,
+        input.resource.bucket,
+        s,
+        input.owner,
+        input.ttlMs,
+        newLeaseId(),
+      ]);
+      if (reply[0] === "granted") return { granted: true, lease: decodeLease(reply[1])! };
+      if (reply[0] === "held") return { granted: false, heldBy: decodeLease(reply[1])! };
+      return { granted: false, fence: { token: Number(reply[1]), intents: decodeIntents(reply[2]) } };
+    },
+
+    async get(leaseId) {
+      return decodeLease(await run(SCRIPTS.get, [leaseId]));
+    },
+
+    async renew(leaseId, ttlMs) {
+      validateTtl(ttlMs);
+      const [status, value] = (await run(SCRIPTS.renew, [leaseId, ttlMs])) as [string, unknown];
+      if (status === "ok") return decodeLease(value)!;
+      if (status === "notfound") throw notFound(leaseId);
+      if (status === "released") {
+        throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
+      }
+      const at = new Date(Number(value)).toISOString();
+      throw new DomainError("LeaseLost", `lease ${leaseId} expired at ${at}`, { leaseId, reason: "expired" });
+    },
+
+    async release(leaseId) {
+      const [status, value] = (await run(SCRIPTS.release, [leaseId])) as [string, unknown];
+      if (status !== "ok") throw notFound(leaseId);
+      return decodeLease(value)!;
+    },
+
+    async list({ bucket, prefix }) {
+      const args = [
+        bucket ?? "",
+        bucket === undefined ? "0" : "1",
+        prefix ?? "",
+        prefix === undefined ? "0" : "1",
+      ];
+      return decodeLeases(await run(SCRIPTS.list, args));
+    },
+
+    async findActiveCovering(bucket, key) {
+      return decodeLease(await run(SCRIPTS.findCovering, [bucket, key]));
+    },
+
+    async findNewerOverlapping(lease) {
+      const [kind, s] = resourceArgs(lease);
+      return decodeLease(await run(SCRIPTS.findNewer, [kind, lease.bucket, s, lease.token]));
+    },
+
+    async collectExpired() {
+      const expired = decodeLeases(await run(SCRIPTS.collectExpired, [COLLECT_LIMIT]));
+      await maybeSweep();
+      return expired;
+    },
+
+    async beginCommit(intent): Promise<CommitIntent> {
+      const intentId = randomBytes(12).toString("base64url");
+      const fenced = intent.kind === "fenced";
+      const reply = await runWithFloor(SCRIPTS.beginCommit, [
+        intentId,
+        intent.kind,
+        intent.bucket,
+        intent.key,
+        fenced ? intent.leaseId : "",
+        fenced ? intent.token : 0,
+      ]);
+      if (reply[0] === "ok") return { intentId, ceiling: Number(reply[1]) };
+      // The script refused; the same rules decide which error, from the facts it read.
+      const [, now, lease, newer, covering] = reply;
+      const facts = { lease: decodeLease(lease), newer: decodeLease(newer), covering: decodeLease(covering) };
+      judgeIntent(intent, Number(now), {
+        get: (id) => (facts.lease?.leaseId === id ? facts.lease : null),
+        findNewerOverlapping: () => facts.newer,
+        findActiveCovering: () => facts.covering,
+      });
+      throw new DomainError("LeaseExpired", "the fencing token's lease is not current", {
+        leaseId: fenced ? intent.leaseId : undefined,
+      });
+    },
+
+    async endCommit(intentId) {
+      await run(SCRIPTS.forgetIntents, [intentId]);
+    },
+
+    async clearIntents(intentIds) {
+      if (intentIds.length > 0) await run(SCRIPTS.forgetIntents, intentIds);
+    },
+
+    async ping() {
+      if (closed) throw unavailable("the store is closed");
+      if (refusal) throw unavailable(refusal);
+      try {
+        await redis.ping();
+      } catch (e) {
+        throw unavailable((e as Error).message);
+      }
+    },
+
+    async close() {
+      if (closed) return;
+      closed = true;
+      await redis.quit().catch(() => redis.disconnect());
+    },
+
+    refuse(reason) {
+      refusal = reason;
+    },
+
+    ready(timeoutMs) {
+      if (redis.status === "ready") return Promise.resolve(true);
+      return new Promise((resolve) => {
+        const done = (ok: boolean) => {
+          clearTimeout(timer);
+          redis.off("ready", onReady);
+          resolve(ok);
+        };
+        const onReady = () => done(true);
+        const timer = setTimeout(() => done(false), timeoutMs);
+        redis.on("ready", onReady);
+      });
+    },
+
+    async sweep() {
+      lastSweepAt = Date.now();
+      return Number(await run(SCRIPTS.sweep, [SWEEP_LIMIT]));
+    },
+  };
+}
+
+/** The URL without its password, for messages and logs. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return "(unparsable URL)";
+  }
+}
+
+function notFound(leaseId: string): DomainError {
+  return new DomainError(
+    "LeaseNotFound",
+    `lease ${leaseId} not found (unknown, forgotten, or already released)`,
+    {
+      leaseId,
+    },
+  );
+}

@@ -1,0 +1,132 @@
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { fakeClock } from "../../../src/core/clock.js";
+import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
+import { createRedisLeaseStore, type RedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
+import { type RedisServer, startRedis } from "../../support/redis.js";
+import { tempDir } from "../../support/temp.js";
+import { requireTools } from "../../support/tools.js";
+import { describeLeaseStoreContract, type FakeClock } from "../lease-store.contract.js";
+
+requireTools("redis-server");
+
+let server: RedisServer;
+let epochDir: { path: string; cleanup(): void };
+beforeAll(async () => {
+  server = await startRedis();
+  epochDir = tempDir("fencegate-epochs-");
+});
+afterAll(async () => {
+  await server?.stop();
+  epochDir?.cleanup();
+});
+
+let harnesses = 0;
+/** A store on this file's redis-server under a key prefix of its own, so tests share nothing. */
+async function open(
+  clock: FakeClock,
+  prefix: string,
+  extra: { retainMs?: number } = {},
+): Promise<RedisLeaseStore> {
+  const store = createRedisLeaseStore({
+    url: server.url,
+    keyPrefix: prefix,
+    epochs: createFileEpochStore(`${epochDir.path}/${prefix}`),
+    clock,
+    ...extra,
+  });
+  if (!(await store.ready(5_000))) throw new Error(`no connection to ${server.url}`);
+  return store;
+}
+
+describeLeaseStoreContract("redis (one server)", async (clock) => {
+  const prefix = `{t${++harnesses}}`;
+  let store = await open(clock, prefix);
+  return {
+    store,
+    async reopen() {
+      await store.close();
+      store = await open(clock, prefix);
+      return store;
+    },
+    cleanup: () => store.close(),
+  };
+});
+
+describe("redis lease store", () => {
+  let clock: FakeClock;
+  let store: RedisLeaseStore;
+  let prefix: string;
+
+  beforeEach(async () => {
+    clock = fakeClock();
+    prefix = `{own${++harnesses}}`;
+    store = await open(clock, prefix, { retainMs: 60_000 });
+    return () => store.close();
+  });
+
+  const grant = async (key: string, ttlMs = 1_000) => {
+    const result = await store.tryAcquire({ resource: { bucket: "b", key }, ttlMs, owner: "o" });
+    if (!result.granted) throw new Error(`not granted: ${key}`);
+    return result.lease;
+  };
+
+  it("starts at epoch 0 (tokens from 1) and keeps every token below 2^53", async () => {
+    expect((await grant("a")).token).toBe(1);
+    expect((await grant("b")).token).toBe(2);
+  });
+
+  it("loads its scripts again after Redis forgot them (SCRIPT FLUSH)", async () => {
+    await grant("a");
+    expect(await server.command("SCRIPT", "FLUSH")).toBe("OK");
+    expect((await grant("b")).token).toBe(2);
+  });
+
+  it("forgets ended leases after the retention, never before an older overlapping one", async () => {
+    const a = await grant("k");
+    await store.release(a.leaseId);
+    clock.advance(30_000);
+    const b = await grant("k");
+    await store.release(b.leaseId);
+    expect(await store.sweep()).toBe(0);
+    clock.advance(30_000);
+    expect(await store.sweep()).toBe(1);
+    expect(await store.get(a.leaseId)).toBeNull();
+    expect(await store.get(b.leaseId)).not.toBeNull();
+    clock.advance(30_000);
+    expect(await store.sweep()).toBe(1);
+    expect(await store.get(b.leaseId)).toBeNull();
+    expect(await server.command("EXISTS", `${prefix}:rkl:1:b:k`)).toBe(0);
+  });
+
+  it("reads only the candidates: acquire cost does not grow with the number of live leases", async () => {
+    // Thousands of live key and prefix leases elsewhere in the bucket; an acquire then runs as
+    // many Redis commands, and spends about as long in Redis, as with a few dozen (Redis's own
+    // command statistics: calls of the commands the scripts run, and the scripts' time).
+    const stats = async () => {
+      const info = String(await server.command("INFO", "commandstats"));
+      const rows = [...info.matchAll(/^cmdstat_(\w+):calls=(\d+),usec=(\d+)/gm)];
+      const inner = rows.filter(([, name]) => !["evalsha", "info", "config", "script"].includes(name!));
+      const script = rows.find(([, name]) => name === "evalsha");
+      return { calls: inner.reduce((sum, m) => sum + Number(m[2]), 0), usec: Number(script?.[3] ?? 0) };
+    };
+    const cost = async (tag: string) => {
+      const before = await stats();
+      for (let i = 0; i < 50; i++) await store.release((await grant(`key/${tag}/${i}`, 60_000)).leaseId);
+      const after = await stats();
+      return { calls: (after.calls - before.calls) / 50, usec: (after.usec - before.usec) / 50 };
+    };
+    const fill = async (from: number, to: number) => {
+      for (let i = from; i < to; i++) {
+        const resource = i % 2 ? { bucket: "b", key: `k/${i}` } : { bucket: "b", prefix: `p/${i}/` };
+        await store.tryAcquire({ resource, ttlMs: 60_000, owner: "o" });
+      }
+    };
+    await fill(0, 40); // past the few-prefixes shortcut, so both runs probe the same way
+    const few = await cost("one");
+    await fill(40, 4_000);
+    const many = await cost("two");
+    expect(many.calls).toBeGreaterThan(5);
+    expect(many.calls).toBeLessThanOrEqual(few.calls + 2);
+    expect(many.usec).toBeLessThan(few.usec * 3);
+  });
+});
