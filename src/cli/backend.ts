@@ -1,22 +1,18 @@
-import { randomBytes } from "node:crypto";
-import { Readable } from "node:stream";
 import { createAzureBackend } from "../backends/azure/index.js";
 import { createS3Backend } from "../backends/s3/index.js";
-import type { StorageBackend } from "../backends/storage-backend.js";
 import { ConfigError, loadConfig } from "../config/load.js";
 import type { BackendSpec, Config } from "../config/schema.js";
-import { isDomainError } from "../core/errors.js";
 import { createLogger } from "../core/log.js";
-import { fencedCommit } from "../fence/commit.js";
 import { CliError, EXIT, parse } from "./shared.js";
 
 const USAGE = "usage: fencegate backend verify [--config FILE] [--bucket B]...";
 
 /**
  * `fencegate backend verify`: checks, for every remote backend in the configuration, that its
- * store honours the conditional writes fencegate commits with (If-None-Match: * and If-Match on
- * PutObject and CompleteMultipartUpload), in the buckets named with --bucket, or else the
- * buckets the configuration routes to it. Prints one line per check; exits 1 when any fails.
+ * store honours the conditional writes fencegate commits with (S3: If-None-Match: * and If-Match
+ * on PutObject and CompleteMultipartUpload; Azure: on Put Blob, Put Block List and Set Blob
+ * Metadata), in the buckets named with --bucket, or else the buckets the configuration routes to
+ * it (and an S3 backend's verifyBucket). Prints one line per check; exits 1 when any fails.
  */
 export async function backendCommand(args: string[]): Promise<number> {
   const [sub, ...rest] = args;
@@ -104,52 +100,15 @@ async function verify(spec: BackendSpec, bucket: string): Promise<string[]> {
       ...(spec.sasToken ? { sasToken: spec.sasToken } : {}),
       ...(spec.defaultCredential ? { defaultCredential: true } : {}),
       requestTimeoutMs: spec.requestTimeoutMs,
+      ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
       multipartSweepIntervalMs: 0,
       log,
     });
     try {
-      return await probeThroughBackend(backend, bucket);
+      return (await backend.verifyConditionalWrites(bucket)).findings;
     } finally {
       await backend.close();
     }
   }
   return [];
-}
-
-/** Writes a probe object with the conditions every commit relies on, and removes it. */
-async function probeThroughBackend(backend: StorageBackend, bucket: string): Promise<string[]> {
-  const findings: string[] = [];
-  const key = `.fencegate/probes/${randomBytes(8).toString("hex")}`;
-  const put = (body: string, conditions: { ifMatch?: string; ifNoneMatch?: string }) =>
-    backend.putObject(
-      {
-        bucket,
-        key,
-        body: { stream: bodyOf(body), digest: Promise.resolve({ size: body.length, checksums: {} }) },
-        metadata: { headers: {}, userMetadata: {} },
-      },
-      fencedCommit(null, { conditions }),
-    );
-  const refused = (p: Promise<unknown>) =>
-    p.then(
-      () => false,
-      (e: unknown) => isDomainError(e) && e.code === "PreconditionFailed",
-    );
-  try {
-    const first = await put("probe 1", { ifNoneMatch: "*" });
-    if (!(await refused(put("probe 2", { ifNoneMatch: "*" }))))
-      findings.push("ignores If-None-Match on a write");
-    if (!(await refused(put("probe 3", { ifMatch: '"00000000000000000000000000000000"' })))) {
-      findings.push("ignores If-Match on a write");
-    }
-    await put("probe 4", { ifMatch: first.etag }).catch(() => findings.push("refuses a matching If-Match"));
-  } finally {
-    await backend.deleteObject({ bucket, key }, fencedCommit(null)).catch(() => undefined);
-  }
-  return findings;
-}
-
-function bodyOf(text: string) {
-  // A one-chunk stream, as the S3 layer hands bodies over.
-  return Readable.from([Buffer.from(text)]);
 }

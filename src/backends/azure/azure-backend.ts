@@ -105,6 +105,7 @@ import {
   viewOf,
 } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
+import { type AzureCapabilityReport, verifyAzureConditionalWrites } from "./capability.js";
 
 export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
   return new AzureBackend(options);
@@ -145,6 +146,13 @@ export class AzureBackend implements StorageBackend {
   async ready(): Promise<void> {
     await this.clientReady;
     await this.store.azureClient();
+  }
+
+  /** Probes whether the account honours the conditional writes every commit relies on, in `bucket`. */
+  async verifyConditionalWrites(bucket: string): Promise<AzureCapabilityReport> {
+    this.assertOpen();
+    await this.clientReady;
+    return verifyAzureConditionalWrites(this.store, bucket);
   }
 
   async listBuckets(): Promise<BucketInfo[]> {

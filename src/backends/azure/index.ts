@@ -13,3 +13,4 @@
  */
 export { AzureBackend, createAzureBackend } from "./azure-backend.js";
 export type { AzureBackendOptions, AzureHookContext, AzureHookStep, AzureHooks } from "./azure-options.js";
+export type { AzureCapabilityReport } from "./capability.js";
