@@ -148,7 +148,16 @@ describe("broken Authorization headers", () => {
   });
 
   it("refuses other schemes and junk", async () => {
-    refused(await withAuthorization(() => "AWS fencegate:c2lnbmF0dXJl"), "InvalidArgument", 400);
+    // Signature Version 2, in S3's words for regions that accept only Signature Version 4.
+    const v2 = refused(await withAuthorization(() => "AWS fencegate:c2lnbmF0dXJl"), "InvalidRequest", 400);
+    expect(v2.Message).toBe(
+      "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+    );
+    const v2Query = await rawRequest(gw.url, {
+      method: "GET",
+      path: `${objectPath(bucket, "k")}?AWSAccessKeyId=fencegate&Expires=4102444800&Signature=c2lnbmF0dXJl`,
+    });
+    expect(refused(v2Query, "InvalidRequest", 400).Message).toBe(v2.Message);
     refused(
       await withAuthorization((a) => a.replace("AWS4-HMAC-SHA256", "AWS4-HMAC-SHA512")),
       "InvalidArgument",

@@ -12,6 +12,16 @@ export type ParsedAuthorization = ParsedCredential & { signedHeaders: string[]; 
 
 const COMPONENTS: ReadonlySet<string> = new Set(["Credential", "SignedHeaders", "Signature"]);
 
+/**
+ * Signature Version 2 (`Authorization: AWS id:signature`, or `AWSAccessKeyId`/`Signature` in the
+ * query): refused as S3 refuses it in the regions that accept only Signature Version 4.
+ */
+export const sigV2NotSupported = () =>
+  new DomainError(
+    "InvalidRequest",
+    "The authorization mechanism you have provided is not supported. Please use AWS4-HMAC-SHA256.",
+  );
+
 const malformed = (why: string) => new DomainError("AuthorizationHeaderMalformed", HEADER_STYLE.prefix + why);
 
 /**
@@ -22,8 +32,9 @@ export function parseAuthorizationHeader(value: string): ParsedAuthorization {
   const trimmed = value.trim();
   const space = trimmed.search(/\s/);
   const algorithm = space < 0 ? trimmed : trimmed.slice(0, space);
+  if (algorithm === "AWS") throw sigV2NotSupported();
   if (algorithm !== SIGV4_ALGORITHM) {
-    // SigV2 ("AWS id:sig") and SigV4a are not supported; S3 answers this for unknown schemes.
+    // SigV4a and other schemes are not supported; S3 answers this for unknown schemes.
     throw new DomainError("InvalidArgument", "Unsupported Authorization Type", {
       ArgumentName: "Authorization",
       ArgumentValue: algorithm,

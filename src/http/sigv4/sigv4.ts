@@ -1,6 +1,6 @@
 import { DomainError } from "../../core/errors.js";
 import { formatAmzDate, parseAmzDate, parseHttpDate } from "./amz-date.js";
-import { parseAuthorizationHeader } from "./authorization-header.js";
+import { parseAuthorizationHeader, sigV2NotSupported } from "./authorization-header.js";
 import {
   type CredentialScope,
   checkScopeDate,
@@ -73,11 +73,7 @@ export function authenticateRequest(req: SigV4Request, lookupSecret: CredentialL
   }
   if (authorization !== undefined) return authenticateHeader(req, params, authorization, lookupSecret);
   if (presigned) return authenticatePresigned(req, params, lookupSecret);
-  if (params.some(([name]) => name === "AWSAccessKeyId" || name === "Signature")) {
-    throw new DomainError("InvalidArgument", "Unsupported Authorization Type", {
-      ArgumentName: "Signature",
-    });
-  }
+  if (params.some(([name]) => name === "AWSAccessKeyId" || name === "Signature")) throw sigV2NotSupported();
   throw new DomainError("AccessDenied", "Access Denied");
 }
 

@@ -521,7 +521,7 @@ describe("SigV4 header authentication", () => {
         (a) => a.replace("SignedHeaders=host", "SignedHeaders=Host"),
         "AuthorizationHeaderMalformed",
       ],
-      ["SigV2", () => "AWS AKIDEXAMPLE:c2lnbmF0dXJl", "InvalidArgument"],
+      ["SigV2", () => "AWS AKIDEXAMPLE:c2lnbmF0dXJl", "InvalidRequest"],
       ["SigV4a", (a) => a.replace("AWS4-HMAC-SHA256", "AWS4-ECDSA-P256-SHA256"), "InvalidArgument"],
       ["empty", () => "", "InvalidArgument"],
     ];
@@ -598,7 +598,7 @@ describe("SigV4 header authentication", () => {
         headers: { host: "h" },
         now: T0,
       };
-      expectError(() => authenticateRequest(req, lookup), "InvalidArgument", 400);
+      expectError(() => authenticateRequest(req, lookup), "InvalidRequest", 400);
     });
 
     it("refuses a header signature combined with presigned parameters", async () => {
