@@ -4,7 +4,7 @@
  * (benchmarks/direct-server.ts) and s3rver, 16 signing clients, alternating rounds, medians.
  * Bodies are sent with UNSIGNED-PAYLOAD to every target, so that none pays for a payload hash.
  *
- *   npx tsx benchmarks/put-get.ts [--seconds 3] [--rounds 3]
+ *   npx tsx benchmarks/put-get.ts [--seconds 3] [--rounds 3] [--sizes 4,1024 (KiB)]
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -22,12 +22,17 @@ import {
   startS3rver,
 } from "./lib/servers.js";
 
-export type PutGetOptions = { seconds: number; rounds: number; concurrency: number };
+export type PutGetOptions = {
+  seconds: number;
+  rounds: number;
+  concurrency: number;
+  /** Object sizes, in KiB. */
+  sizesKiB?: number[];
+};
 
 type Target = { name: "fencegate" | "direct" | "s3rver"; ep: Endpoint; headers: Record<string, string> };
 
 const KiB = 1024;
-const MiB = 1024 * KiB;
 
 async function leaseToken(gw: Endpoint): Promise<string> {
   const res = await gw.ok({
@@ -75,10 +80,9 @@ export async function putGetBench(opts: PutGetOptions): Promise<Row[]> {
     const byName = Object.fromEntries(targets.map((t) => [t.name, t])) as Record<Target["name"], Target>;
 
     const rows: Row[] = [];
-    for (const [label, size] of [
-      ["4 KiB", 4 * KiB],
-      ["1 MiB", MiB],
-    ] as const) {
+    for (const kib of opts.sizesKiB ?? [4, 1024]) {
+      const size = kib * KiB;
+      const label = kib >= 1024 ? `${kib / 1024} MiB` : `${kib} KiB`;
       const body = Buffer.alloc(size, 7);
       const keyOf = (client: number) => `${label.replace(" ", "")}/c${client}`;
       // Warm-up, and the objects the GETs read.
@@ -133,9 +137,11 @@ if (import.meta.filename === process.argv[1]) {
       seconds: { type: "string", default: "3" },
       rounds: { type: "string", default: "3" },
       concurrency: { type: "string", default: "16" },
+      sizes: { type: "string", default: "4,1024" },
     },
   });
   const rows = await putGetBench({
+    sizesKiB: values.sizes.split(",").map(Number),
     seconds: Number(values.seconds),
     rounds: Number(values.rounds),
     concurrency: Number(values.concurrency),

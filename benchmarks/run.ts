@@ -1,0 +1,84 @@
+/**
+ * Every benchmark of the suite, one after the other, printed as one table: each figure next to
+ * its baseline from the same run (medians of alternating rounds where the figure is a rate).
+ * Sized to finish in under 10 minutes on a 2-core machine. `npm run bench`.
+ *
+ *   npx tsx benchmarks/run.ts [--quick] [--only leases,put-get,growth,memory,streaming] [--out file.md]
+ *
+ * --quick shortens every benchmark (one round, smaller states) to check that the suite runs.
+ */
+import { writeFileSync } from "node:fs";
+import { cpus, loadavg, totalmem } from "node:os";
+import { parseArgs } from "node:util";
+import { growthBench } from "./growth.js";
+import { leaseBench } from "./leases.js";
+import { type Row, table } from "./lib/report.js";
+import { memoryBench } from "./memory.js";
+import { putGetBench } from "./put-get.js";
+import { streamingBench } from "./streaming.js";
+
+const { values } = parseArgs({
+  options: {
+    quick: { type: "boolean", default: false },
+    only: { type: "string" },
+    out: { type: "string" },
+  },
+});
+const quick = values.quick;
+const only = values.only ? new Set(values.only.split(",")) : null;
+
+const suites: Array<[string, () => Promise<Row[]>]> = [
+  ["leases", () => leaseBench({ seconds: quick ? 1 : 3, rounds: quick ? 1 : 3, concurrency: 16 })],
+  [
+    "put-get",
+    () =>
+      putGetBench({ seconds: quick ? 1 : 2, rounds: quick ? 1 : 3, concurrency: 16, sizesKiB: [4, 1024] }),
+  ],
+  [
+    "growth",
+    () =>
+      growthBench({
+        seconds: quick ? 1 : 3,
+        rounds: quick ? 1 : 3,
+        concurrency: 16,
+        leases: quick ? 10_000 : 100_000,
+        records: quick ? 100_000 : 1_000_000,
+        objects: quick ? 100_000 : 1_000_000,
+        queries: quick ? 5 : 30,
+      }),
+  ],
+  [
+    "memory",
+    () => memoryBench({ clients: 32, mib: quick ? 8 : 64, stalled: 8, stallMs: quick ? 1000 : 3000 }),
+  ],
+  ["streaming", () => streamingBench({ rounds: quick ? 1 : 3, sizesMiB: quick ? [64] : [256, 1024] })],
+];
+
+const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
+const load = () =>
+  loadavg()
+    .map((l) => l.toFixed(2))
+    .join(" ");
+const started = performance.now();
+const loadBefore = load();
+const rows: Row[] = [];
+const timings: string[] = [];
+for (const [name, run] of suites) {
+  if (only && !only.has(name)) continue;
+  const t0 = performance.now();
+  process.stderr.write(`bench: ${name}…\n`);
+  const got = await run();
+  rows.push(...got);
+  const s = ((performance.now() - t0) / 1000).toFixed(0);
+  timings.push(`${name} ${s} s`);
+  process.stderr.write(`${table(got)}\n(${name}: ${s} s)\n`);
+}
+const total = ((performance.now() - started) / 1000).toFixed(0);
+const report = [
+  `fencegate benchmarks, ${new Date().toISOString().slice(0, 10)}, ${machine}`,
+  `load average before: ${loadBefore}, after: ${load()}; ${timings.join(", ")}; total ${total} s`,
+  "",
+  table(rows),
+].join("\n");
+console.log(report);
+if (values.out) writeFileSync(values.out, `${report}\n`);
