@@ -15,6 +15,7 @@ import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { LeaseResource } from "../leases/lease-store.js";
 import { toApiError } from "./errors.js";
 import { leaseView } from "./lease-view.js";
+import openapi from "./openapi.json" with { type: "json" };
 
 export const API_BASE = "/_fence/v1";
 
@@ -60,6 +61,9 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
       return c.json({ status: "unavailable", error: (e as Error).message }, 503);
     }
   });
+
+  // The OpenAPI description of this API; like /health, readable without signing.
+  app.get("/openapi.json", (c) => c.json(openapi));
 
   app.use("*", async (c, next) => {
     const { principal, body } = await opts.authenticate(c);

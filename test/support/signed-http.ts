@@ -6,6 +6,7 @@ import { XMLParser } from "fast-xml-parser";
 import { expect } from "vitest";
 import { sha256Hex } from "./digest.js";
 import { CREDENTIALS } from "./gateway.js";
+import { rawResponseObservers } from "./raw-observers.js";
 
 /**
  * Raw HTTP helpers for the integration suites: exact paths, exact headers, exact bodies, signed
@@ -48,7 +49,16 @@ export function rawRequest(endpoint: string, req: RawRequest): Promise<RawRespon
         res.on("error", reject);
         res.on("end", () => {
           const body = Buffer.concat(chunks);
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, body, text: body.toString("utf8") });
+          const answer = {
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body,
+            text: body.toString("utf8"),
+          };
+          for (const observe of rawResponseObservers) {
+            observe({ ...req, responseHeaders: res.headers, status: answer.status, text: answer.text });
+          }
+          resolve(answer);
         });
       },
     );

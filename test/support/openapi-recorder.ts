@@ -1,0 +1,77 @@
+import { afterAll, afterEach } from "vitest";
+import { type ApiResponse, createResponseChecker, isApiPath } from "./openapi-check.js";
+import { rawResponseObservers } from "./raw-observers.js";
+
+/**
+ * A vitest setup file (vitest.config.ts): every lease API response a test receives through
+ * fetch (the client SDK, the CLI's client, health polls) or through rawRequest
+ * (test/support/signed-http.ts) is checked against the OpenAPI document, and a test fails when
+ * one does not match it.
+ */
+
+const checker = createResponseChecker();
+const pending: Promise<void>[] = [];
+const problems: string[] = [];
+let seen = 0;
+
+/** Checks one lease API response (a no-op for other paths). */
+export function recordApiResponse(res: ApiResponse): void {
+  if (!isApiPath(res.path)) return;
+  seen++;
+  problems.push(...checker.check(res));
+}
+
+/** How many lease API responses this test file has checked so far. */
+export function checkedResponses(): number {
+  return seen;
+}
+
+const originalFetch = globalThis.fetch;
+globalThis.fetch = async (input, init) => {
+  const res = await originalFetch(input, init);
+  const url = new URL(input instanceof Request ? input.url : String(input));
+  if (isApiPath(url.pathname)) {
+    const method = (init?.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
+    const copy = res.clone();
+    pending.push(
+      copy.text().then(
+        (body) =>
+          recordApiResponse({
+            method,
+            path: url.pathname,
+            status: res.status,
+            contentType: res.headers.get("content-type"),
+            body,
+          }),
+        () => undefined, // the test itself sees the broken body
+      ),
+    );
+  }
+  return res;
+};
+
+rawResponseObservers.push((x) => {
+  // A Host header of its own may name a virtual-hosted bucket: then the path is an object key.
+  if (Object.keys(x.headers ?? {}).some((h) => h.toLowerCase() === "host")) return;
+  const contentType = x.responseHeaders["content-type"];
+  recordApiResponse({
+    method: x.method.toUpperCase(),
+    path: x.path.split("?")[0] ?? x.path,
+    status: x.status,
+    contentType: typeof contentType === "string" ? contentType : null,
+    body: x.text,
+  });
+});
+
+async function assertAllMatched(): Promise<void> {
+  await Promise.all(pending.splice(0));
+  const found = problems.splice(0);
+  if (found.length > 0) {
+    throw new Error(
+      `lease API responses that do not match src/api/openapi.json:\n${found.map((p) => `- ${p}`).join("\n")}`,
+    );
+  }
+}
+
+afterEach(assertAllMatched);
+afterAll(assertAllMatched);
