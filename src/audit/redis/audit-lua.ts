@@ -1,0 +1,103 @@
+/**
+ * The audit append as a Lua function, shared by the audit log's own append script and by the
+ * lease scripts (src/leases/redis), which record a lease event in the same script that changes
+ * the lease: the event and its record commit together or not at all.
+ *
+ * A script that includes AUDIT_APPEND_LUA defines `P` (the deployment's key prefix, KEYS[1])
+ * before it, and calls `audit_append(r)` with `r` a table of record fields (AUDIT_FIELDS, all
+ * strings, `t` the time in ms, absent fields nil). It returns the record's seq.
+ *
+ * Layout under the deployment's key prefix P (every key carries the same hash tag):
+ * - `P:a`               the log: one stream entry per record, id `0-<seq>`, in commit order;
+ * - `P:a:seq`           the last seq given out (INCR inside the appending script: one total
+ *                       order for every replica, see below);
+ * - `P:a:x:<f>:<value>` one index stream per filter value (b bucket, k key, p lease prefix,
+ *                       l lease, d decision, o op), entries with the same ids as the log and no
+ *                       payload, so a filtered page reads only its own index;
+ * - `P:a:n:k`, `P:a:n:p` every key and every lease prefix that has an index stream (sorted by
+ *                       bytes): a prefix filter finds its index streams with one range read;
+ * - `P:a:last`          the latest record time (ms), and `h` in each record: the latest time of
+ *                       the log up to and including that record, which never decreases with seq;
+ * - `P:a:lag`           how far (ms) any record's time was behind the latest time before it
+ *                       (replicas' clocks differ): a record with time t has h - lag <= t <= h,
+ *                       so a time window is a seq range found by binary search on h;
+ * - `P:a:archived`, `P:a:seg`  the last seq moved to the archive, and the archive's segments by
+ *                       their last seq (redis-archiver.ts).
+ */
+
+/** Stream fields of a record, in the order the log writes them; a null field is left out. */
+export const AUDIT_FIELDS = [
+  "t",
+  "op",
+  "b",
+  "k",
+  "p",
+  "tok",
+  "lid",
+  "own",
+  "pr",
+  "d",
+  "r",
+  "ht",
+  "rq",
+  "gw",
+] as const;
+
+export type AuditField = (typeof AUDIT_FIELDS)[number];
+
+/** Index streams: the query filter -> the index name (`P:a:x:<name>:<value>`). */
+export const AUDIT_INDEXES = { bucket: "b", key: "k", leaseId: "l", decision: "d", op: "o" } as const;
+
+/** The key prefix used when the configuration names none (the hash tag keeps one slot). */
+export const DEFAULT_REDIS_KEY_PREFIX = "{fencegate}";
+
+/** Lua: `audit_append(r)` appends record `r` (field -> string, `t` in ms) and returns its seq. */
+export const AUDIT_APPEND_LUA = `
+local AUDIT_FIELDS = {${AUDIT_FIELDS.map((f) => `'${f}'`).join(", ")}}
+local function audit_append(r)
+  local A = P .. ':a'
+  -- The seq is taken here, inside the script that writes the record, never before it: Redis
+  -- runs one script at a time, so once a reader sees seq n, every record below n is already in
+  -- the log. A seq taken in one call and written in another would let a reader page past a
+  -- record that is still on its way, and never see it.
+  local seq = redis.call('INCR', A .. ':seq')
+  local id = '0-' .. seq
+  -- The log's latest time so far, which never decreases along the log, and the largest lag of
+  -- a record behind it: together they turn a time window into a seq range for queries.
+  local t = tonumber(r.t)
+  local last = redis.call('GET', A .. ':last')
+  local h = t
+  if last and tonumber(last) > t then
+    h = tonumber(last)
+    local lag = tonumber(redis.call('GET', A .. ':lag') or '0')
+    if h - t > lag then redis.call('SET', A .. ':lag', string.format('%.0f', h - t)) end
+  else
+    redis.call('SET', A .. ':last', r.t)
+  end
+  local args = {'XADD', A, id}
+  for _, f in ipairs(AUDIT_FIELDS) do
+    if r[f] ~= nil then
+      args[#args + 1] = f
+      args[#args + 1] = r[f]
+    end
+  end
+  args[#args + 1] = 'h'
+  args[#args + 1] = string.format('%.0f', h)
+  redis.call(unpack(args))
+  -- Index streams share the log's ids: a filtered page reads its index after the cursor and
+  -- fetches only the records it returns.
+  local function index(name, value)
+    if value ~= nil then redis.call('XADD', A .. ':x:' .. name .. ':' .. value, id, 's', '') end
+  end
+  index('b', r.b)
+  index('k', r.k)
+  index('p', r.p)
+  index('l', r.lid)
+  index('d', r.d)
+  index('o', r.op)
+  -- Keys and lease prefixes by name, for prefix filters.
+  if r.k ~= nil then redis.call('ZADD', A .. ':n:k', 0, r.k) end
+  if r.p ~= nil then redis.call('ZADD', A .. ':n:p', 0, r.p) end
+  return seq
+end
+`;

@@ -1,0 +1,253 @@
+import { AUDIT_APPEND_LUA } from "./audit-lua.js";
+import { LuaScript } from "./lua-script.js";
+
+/**
+ * The audit log's own scripts. Each is called with KEYS[1] = the key prefix P; the keys they
+ * touch are derived from it (they all carry P's hash tag, so they live in one slot).
+ */
+
+/** Append one record: ARGV = field, value, field, value, ... Returns the seq. */
+export const APPEND = new LuaScript(
+  "audit_append",
+  `
+local P = KEYS[1]
+${AUDIT_APPEND_LUA}
+local r = {}
+for i = 1, #ARGV, 2 do r[ARGV[i]] = ARGV[i + 1] end
+return audit_append(r)
+`,
+);
+
+/**
+ * One page of a query, read in one script so that it sees one state of the log (several index
+ * streams read in one script cannot disagree about what was appended between them).
+ *
+ * ARGV: after (seq, exclusive), fetch (matches wanted), budget (records examined at most),
+ * since ms or '', until ms or '', prefix or '', then index name, value pairs (equality filters).
+ *
+ * Returns {state, position, archived, matches...}: state 'full' (fetch matches found), 'end'
+ * (nothing more in the range) or 'budget' (stopped after examining `budget` records: everything
+ * up to `position` was examined); `archived` is the last seq already moved to the archive (this
+ * read started after it); each match is {id, fields}.
+ */
+export const QUERY = new LuaScript(
+  "audit_query",
+  `
+local A = KEYS[1] .. ':a'
+local after = tonumber(ARGV[1])
+local fetch = tonumber(ARGV[2])
+local budget = tonumber(ARGV[3])
+local since = nil
+if ARGV[4] ~= '' then since = tonumber(ARGV[4]) end
+local untl = nil
+if ARGV[5] ~= '' then untl = tonumber(ARGV[5]) end
+local prefix = nil
+if ARGV[6] ~= '' then prefix = ARGV[6] end
+-- The record field each index name filters on.
+local FIELD = {b = 'b', k = 'k', l = 'lid', d = 'd', o = 'op'}
+local eq = {}
+for i = 7, #ARGV, 2 do eq[#eq + 1] = {ARGV[i], ARGV[i + 1]} end
+-- More names than this under a prefix: reading their index streams side by side costs more
+-- than reading the log itself.
+local MAX_MERGE = 64
+
+local function seq_of(id) return tonumber(string.sub(id, 3)) end
+local function fields(flat)
+  local f = {}
+  for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
+  return f
+end
+
+-- Records up to 'archived' are in the archive, not here: the caller reads them there.
+local archived = tonumber(redis.call('GET', A .. ':archived') or '0')
+local lo = math.max(after, archived)
+local last_entry = redis.call('XREVRANGE', A, '+', '-', 'COUNT', 1)[1]
+if last_entry == nil then return {'end', lo, archived} end
+local hi = seq_of(last_entry[1])
+
+-- The first seq at or after p whose record has h >= bound (h never decreases along the log),
+-- or hi + 1: a binary search, each probe one seek in the stream.
+local function first_h_at_least(bound, p)
+  local l, r = p, hi + 1
+  while l < r do
+    local mid = math.floor((l + r) / 2)
+    local e = redis.call('XRANGE', A, '0-' .. mid, '+', 'COUNT', 1)[1]
+    if e == nil or tonumber(fields(e[2]).h) >= bound then r = mid else l = mid + 1 end
+  end
+  return l
+end
+-- A time window as a seq range: a record with time t has h - lag <= t <= h. Records before
+-- the first with h >= since are all older than since; records from the first with
+-- h >= until + lag on are all at or after until.
+if since ~= nil then lo = math.max(lo, first_h_at_least(since, lo + 1) - 1) end
+if untl ~= nil then
+  local lag = tonumber(redis.call('GET', A .. ':lag') or '0')
+  hi = math.min(hi, first_h_at_least(untl + lag, lo + 1) - 1)
+end
+if lo >= hi then return {'end', hi, archived} end
+
+local function matches(f)
+  for _, e in ipairs(eq) do
+    if f[FIELD[e[1]]] ~= e[2] then return false end
+  end
+  if prefix ~= nil then
+    local k, p = f.k, f.p
+    if not ((k ~= nil and string.sub(k, 1, #prefix) == prefix) or (p ~= nil and string.sub(p, 1, #prefix) == prefix)) then
+      return false
+    end
+  end
+  local t = tonumber(f.t)
+  if since ~= nil and t < since then return false end
+  if untl ~= nil and t >= untl then return false end
+  return true
+end
+
+-- The driver: the smallest of the log's range, each equality filter's index stream, and the
+-- index streams of the names under the prefix. Every other filter is checked on its records.
+local driver = nil
+local size = hi - lo
+for _, e in ipairs(eq) do
+  local key = A .. ':x:' .. e[1] .. ':' .. e[2]
+  local n = redis.call('XLEN', key)
+  -- An index that does not exist: nothing can match.
+  if n == 0 then return {'end', hi, archived} end
+  if n < size then driver, size = {key}, n end
+end
+if prefix ~= nil then
+  local from, to = '[' .. prefix, '(' .. prefix .. '\\255'
+  local names = redis.call('ZRANGEBYLEX', A .. ':n:k', from, to, 'LIMIT', 0, MAX_MERGE + 1)
+  local pnames = redis.call('ZRANGEBYLEX', A .. ':n:p', from, to, 'LIMIT', 0, MAX_MERGE + 1)
+  if #names + #pnames == 0 then return {'end', hi, archived} end
+  if #names + #pnames <= MAX_MERGE then
+    local keys, n = {}, 0
+    for _, s in ipairs(names) do keys[#keys + 1] = A .. ':x:k:' .. s end
+    for _, s in ipairs(pnames) do keys[#keys + 1] = A .. ':x:p:' .. s end
+    for _, key in ipairs(keys) do n = n + redis.call('XLEN', key) end
+    if n < size then driver, size = keys, n end
+  end
+end
+
+local out = {'full', 0, archived}
+local found, examined = 0, 0
+local function take(id, f)
+  examined = examined + 1
+  if matches(f) then
+    out[#out + 1] = {id, f}
+    found = found + 1
+  end
+  return found >= fetch
+end
+local BATCH = math.min(math.max(fetch, 64), 512)
+local pos = lo
+local function flat(f)
+  local a = {}
+  for k, v in pairs(f) do a[#a + 1] = k; a[#a + 1] = v end
+  return a
+end
+local function finish(state)
+  out[1] = state
+  out[2] = pos
+  for i = 4, #out do out[i] = {out[i][1], flat(out[i][2])} end
+  return out
+end
+
+if driver == nil then
+  -- The log itself, in seq order: each entry is its own record.
+  while true do
+    local es = redis.call('XRANGE', A, '(0-' .. pos, '0-' .. hi, 'COUNT', BATCH)
+    for _, e in ipairs(es) do
+      pos = seq_of(e[1])
+      if take(e[1], fields(e[2])) then return finish('full') end
+    end
+    if #es < BATCH then pos = hi; return finish('end') end
+    if examined >= budget then return finish('budget') end
+  end
+end
+
+-- One or more index streams merged in seq order. A stream that filled its batch is known only
+-- up to its last id: ids beyond the smallest such bound wait for the next round, so that no id
+-- of another stream below them is passed over.
+while true do
+  local ids, seen = {}, {}
+  local bound = hi
+  for _, key in ipairs(driver) do
+    local es = redis.call('XRANGE', key, '(0-' .. pos, '0-' .. hi, 'COUNT', BATCH)
+    for _, e in ipairs(es) do
+      local s = seq_of(e[1])
+      if not seen[s] then seen[s] = true; ids[#ids + 1] = s end
+    end
+    if #es == BATCH then bound = math.min(bound, seq_of(es[#es][1])) end
+  end
+  table.sort(ids)
+  for _, s in ipairs(ids) do
+    if s > bound then break end
+    local e = redis.call('XRANGE', A, '0-' .. s, '0-' .. s)[1]
+    pos = s
+    -- An index entry whose record is gone (archived meanwhile cannot happen in one script;
+    -- this only guards against a hand-edited log) is skipped.
+    if e ~= nil and take(e[1], fields(e[2])) then return finish('full') end
+  end
+  pos = bound
+  if pos >= hi then return finish('end') end
+  if examined >= budget then return finish('budget') end
+end
+`,
+);
+
+/**
+ * Move records (after, last] out of Redis once their archive segment is durable.
+ * ARGV: expected archived seq, last seq of the segment, segment description (JSON).
+ * Returns 1, or 0 when another gateway archived first (`P:a:archived` moved on).
+ */
+export const TRIM = new LuaScript(
+  "audit_trim",
+  `
+local A = KEYS[1] .. ':a'
+local expected = tonumber(ARGV[1])
+local last = tonumber(ARGV[2])
+-- Only the archiver that read the log from where the archive ended may move it on: two
+-- gateways racing for the same records register one segment, never two overlapping ones.
+if tonumber(redis.call('GET', A .. ':archived') or '0') ~= expected then return 0 end
+-- The index streams holding the records being moved, read from the records themselves.
+local INDEX = {b = 'b', k = 'k', p = 'p', lid = 'l', d = 'd', op = 'o'}
+local keys = {}
+local pos = expected
+while true do
+  local es = redis.call('XRANGE', A, '(0-' .. pos, '0-' .. last, 'COUNT', 1000)
+  for _, e in ipairs(es) do
+    local f = e[2]
+    for i = 1, #f, 2 do
+      local name = INDEX[f[i]]
+      if name ~= nil then keys[A .. ':x:' .. name .. ':' .. f[i + 1]] = {name, f[i + 1]} end
+    end
+    pos = tonumber(string.sub(e[1], 3))
+  end
+  if #es < 1000 then break end
+end
+-- Register the segment and the new archive mark first, in this same script: a query sees
+-- every record either here or in a registered segment, never in neither.
+redis.call('ZADD', A .. ':seg', last, ARGV[3])
+redis.call('SET', A .. ':archived', last)
+local min = '0-' .. string.format('%.0f', last + 1)
+redis.call('XTRIM', A, 'MINID', min)
+for key, what in pairs(keys) do
+  redis.call('XTRIM', key, 'MINID', min)
+  -- An index with nothing left goes, and with it the key or prefix it was found under.
+  if redis.call('XLEN', key) == 0 then
+    redis.call('DEL', key)
+    if what[1] == 'k' or what[1] == 'p' then redis.call('ZREM', A .. ':n:' .. what[1], what[2]) end
+  end
+end
+return 1
+`,
+);
+
+/** Releases the archiver's lock only if this gateway still holds it. ARGV: its token. */
+export const UNLOCK = new LuaScript(
+  "audit_unlock",
+  `
+local key = KEYS[1] .. ':a:archiver'
+if redis.call('GET', key) == ARGV[1] then return redis.call('DEL', key) end
+return 0
+`,
+);

@@ -1,0 +1,226 @@
+import { Redis } from "ioredis";
+import { type Clock, systemClock } from "../../core/clock.js";
+import { DomainError, isDomainError } from "../../core/errors.js";
+import type { Logger } from "../../core/log.js";
+import {
+  type AuditDraft,
+  type AuditLog,
+  type AuditQuery,
+  type AuditRecord,
+  DEFAULT_AUDIT_LIMIT,
+  MAX_AUDIT_LIMIT,
+} from "../audit-log.js";
+import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
+import { AUDIT_INDEXES, DEFAULT_REDIS_KEY_PREFIX } from "./audit-lua.js";
+import { APPEND, QUERY, TRIM, UNLOCK } from "./audit-scripts.js";
+import { draftFields, parseFilters, parseTime, recordFrom } from "./record-codec.js";
+import { type Archiver, createArchiver, type RedisAuditRetention } from "./redis-archiver.js";
+
+export type RedisAuditLogOptions = {
+  /** The connection (see connectRedis). */
+  redis: Redis;
+  /** Close the connection with the log. Default false: it belongs to whoever opened it. */
+  ownsConnection?: boolean;
+  /** The deployment's key prefix, the same for every replica and for the lease store. */
+  keyPrefix?: string;
+  /** This gateway instance, written into every record's `gateway`. */
+  gatewayId: string;
+  clock?: Clock;
+  /** Records leaving Redis, and where they go. Without it every record stays in Redis. */
+  retention?: RedisAuditRetention;
+  /** Records one query examines at most before it answers with what it found and a cursor. */
+  queryBudget?: number;
+  log?: Logger;
+};
+
+export type RedisAuditLog = AuditLog & {
+  readonly keyPrefix: string;
+  /** Moves due records to the archive now (also done every retention.intervalMs). */
+  archiveNow(): Promise<number>;
+};
+
+/** Records examined per query page at most (Redis runs nothing else meanwhile). */
+export const DEFAULT_QUERY_BUDGET = 20_000;
+
+/**
+ * A Redis connection that fails closed: no offline queue and no resending after a reconnect,
+ * so a command to an unreachable Redis fails at once (the caller answers 503) instead of
+ * waiting or running twice; ioredis reconnects by itself and service resumes.
+ */
+export async function connectRedis(url: string, commandTimeoutMs = 5_000): Promise<Redis> {
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+    commandTimeout: commandTimeoutMs,
+  });
+  // Connection errors are reported by the commands that fail; without a listener ioredis
+  // would print every reconnect attempt.
+  redis.on("error", () => undefined);
+  try {
+    await redis.connect();
+  } catch (e) {
+    redis.disconnect();
+    throw e;
+  }
+  return redis;
+}
+
+/**
+ * The audit log of every replica of a deployment, in one Redis (src/audit/redis/audit-lua.ts
+ * has the layout). Appends are one script each: seq, record and index entries commit together,
+ * in the one order Redis runs scripts in, so a cursor (the last seq a page covered) never skips
+ * or repeats a record while others append. Queries are one script per page; records moved out
+ * by retention are read from the archive by the same query.
+ */
+export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<RedisAuditLog> {
+  const { redis, gatewayId } = o;
+  const clock = o.clock ?? systemClock;
+  const prefix = o.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
+  const budget = o.queryBudget ?? DEFAULT_QUERY_BUDGET;
+  const unavailable = (e: unknown): never => {
+    if (isDomainError(e)) throw e;
+    throw new DomainError(
+      "ServiceUnavailable",
+      `the audit log in Redis is unavailable: ${(e as Error).message}`,
+      {},
+      { cause: e },
+    );
+  };
+  // Loaded once here; LuaScript loads again by itself after a Redis restart (NOSCRIPT).
+  await Promise.all([APPEND, QUERY, TRIM, UNLOCK].map((s) => s.load(redis))).catch(unavailable);
+
+  const archiver: Archiver | undefined = o.retention
+    ? createArchiver({ redis, prefix, retention: o.retention, clock })
+    : undefined;
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<number> | undefined;
+  const archiveNow = async (): Promise<number> => {
+    if (!archiver) return 0;
+    // One run at a time per gateway; the lock in Redis keeps other gateways out.
+    running ??= archiver.archiveNow().finally(() => {
+      running = undefined;
+    });
+    return running;
+  };
+  const interval = o.retention?.intervalMs ?? 60_000;
+  if (archiver && interval > 0) {
+    timer = setInterval(() => {
+      archiveNow().catch((e: unknown) =>
+        o.log?.warn({ err: e }, "moving audit records to the archive failed; retrying later"),
+      );
+    }, interval);
+    timer.unref();
+  }
+
+  let closed = false;
+  const open = () => {
+    if (closed) throw new DomainError("ServiceUnavailable", "the Redis audit log is closed");
+  };
+
+  return {
+    kind: "redis",
+    keyPrefix: prefix,
+    archiveNow,
+
+    async append(draft: AuditDraft): Promise<AuditRecord> {
+      open();
+      const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+      const fields = draftFields(draft, timeMs, gatewayId);
+      const seq = Number(await APPEND.run(redis, [prefix], fields).catch(unavailable));
+      return {
+        seq,
+        time: new Date(timeMs).toISOString(),
+        op: draft.op,
+        bucket: draft.bucket ?? null,
+        key: draft.key ?? null,
+        prefix: draft.prefix ?? null,
+        token: draft.token ?? null,
+        leaseId: draft.leaseId ?? null,
+        owner: draft.owner ?? null,
+        principal: draft.principal ?? null,
+        decision: draft.decision,
+        reason: draft.reason ?? null,
+        highestToken: draft.highestToken ?? null,
+        requestId: draft.requestId ?? null,
+        gateway: gatewayId,
+      };
+    },
+
+    async query(query: AuditQuery) {
+      open();
+      const filters = parseFilters(query);
+      const after = query.cursor === undefined ? 0 : decodeCursor(query.cursor);
+      const limit = clampLimit(query.limit);
+      const fetch = limit + 1; // one more than asked tells whether another page exists
+      const args: Array<string | number> = [
+        after,
+        fetch,
+        budget,
+        filters.sinceMs ?? "",
+        filters.untilMs ?? "",
+        filters.prefix ?? "",
+      ];
+      const index = (name: string, value: string | undefined) => {
+        if (value !== undefined) args.push(name, value);
+      };
+      index(AUDIT_INDEXES.bucket, query.bucket);
+      index(AUDIT_INDEXES.key, query.key);
+      index(AUDIT_INDEXES.leaseId, query.leaseId);
+      index(AUDIT_INDEXES.decision, query.decision);
+      index(AUDIT_INDEXES.op, query.op);
+      const reply = (await QUERY.run(redis, [prefix], args).catch(unavailable)) as [
+        "full" | "end" | "budget",
+        number,
+        number,
+        ...Array<[string, string[]]>,
+      ];
+      const [state, position, archived, ...found] = reply;
+      let records = found.map(([id, fields]) => recordFrom(id, fields));
+      let pageState: "full" | "end" | "budget" = state;
+      let pagePosition = Number(position);
+      // The part of the page that left Redis: (after, archived] is read from the archive, and the
+      // script's own part starts after it. The script read `archived` with its records, so the
+      // two parts neither overlap nor leave a gap.
+      if (after < Number(archived)) {
+        if (!archiver) unavailable(new Error("records were archived, but this gateway has no archive store"));
+        const part = await archiver!
+          .query(filters, after, Number(archived), fetch, budget)
+          .catch((e: unknown) => unavailable(e));
+        if (part.state !== "end") {
+          records = part.records;
+          pageState = part.state;
+          pagePosition = part.position;
+        } else {
+          records = [...part.records, ...records];
+        }
+      }
+      if (records.length > limit) {
+        const page = records.slice(0, limit);
+        return { records: page, nextCursor: encodeCursor(page.at(-1)!.seq) };
+      }
+      // Stopped by the budget: what was found, and a cursor after everything examined.
+      if (pageState === "budget") return { records, nextCursor: encodeCursor(pagePosition) };
+      return { records, nextCursor: null };
+    },
+
+    async ping() {
+      open();
+      await redis.ping().catch(unavailable);
+    },
+
+    async close() {
+      closed = true;
+      if (timer) clearInterval(timer);
+      await running?.catch(() => undefined);
+      if (o.ownsConnection) await redis.quit().catch(() => redis.disconnect());
+    },
+  };
+}
+
+/** The API validates the bounds; this only keeps a bad caller from asking for everything. */
+function clampLimit(limit: number): number {
+  if (!Number.isFinite(limit)) return DEFAULT_AUDIT_LIMIT;
+  return Math.min(MAX_AUDIT_LIMIT, Math.max(1, Math.floor(limit)));
+}

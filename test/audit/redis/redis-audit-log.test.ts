@@ -1,0 +1,385 @@
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import type { Redis } from "ioredis";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import type { AuditLog, AuditQuery, AuditRecord } from "../../../src/audit/audit-log.js";
+import { encodeCursor } from "../../../src/audit/embedded/cursor.js";
+import { createDirArchiveStore } from "../../../src/audit/redis/archive-store.js";
+import {
+  connectRedis,
+  createRedisAuditLog,
+  type RedisAuditLog,
+  type RedisAuditLogOptions,
+} from "../../../src/audit/redis/redis-audit-log.js";
+import { fakeClock } from "../../../src/core/clock.js";
+import { type RedisServer, startRedis } from "../../support/redis.js";
+import { tempDir } from "../../support/temp.js";
+import { requireTools } from "../../support/tools.js";
+import { describeAuditLogContract, draft } from "../audit-log.contract.js";
+
+requireTools("redis-server");
+
+let server: RedisServer;
+let prefixes = 0;
+/** A key prefix of its own for each log: tests share the server, never its keys. */
+const freshPrefix = () => `{t${++prefixes}}`;
+
+beforeAll(async () => {
+  server = await startRedis();
+});
+
+afterAll(async () => {
+  await server?.stop();
+});
+
+describeAuditLogContract("redis", async (clock) => {
+  const keyPrefix = freshPrefix();
+  const open = async () =>
+    createRedisAuditLog({
+      redis: await connectRedis(server.url),
+      ownsConnection: true,
+      keyPrefix,
+      gatewayId: "gw-test",
+      clock,
+    });
+  let log = await open();
+  return {
+    log,
+    async reopen() {
+      await log.close();
+      log = await open();
+      return log;
+    },
+    cleanup: () => log.close(),
+  };
+});
+
+describe("redis audit log", () => {
+  const opened: Array<{ close(): Promise<void> }> = [];
+  const dirs: Array<{ cleanup(): void }> = [];
+
+  afterEach(async () => {
+    for (const o of opened.splice(0).reverse()) await o.close();
+    for (const d of dirs.splice(0)) d.cleanup();
+  });
+
+  /** A replica's log: its own connection and gateway id, the deployment's prefix. */
+  async function replica(
+    keyPrefix: string,
+    gatewayId: string,
+    extra: Partial<RedisAuditLogOptions> = {},
+  ): Promise<RedisAuditLog> {
+    const log = await createRedisAuditLog({
+      redis: await connectRedis(server.url),
+      ownsConnection: true,
+      keyPrefix,
+      gatewayId,
+      ...extra,
+    });
+    opened.push(log);
+    return log;
+  }
+
+  async function walk(log: AuditLog, query: Omit<AuditQuery, "cursor">): Promise<AuditRecord[]> {
+    const out: AuditRecord[] = [];
+    let cursor: string | undefined;
+    for (let pages = 0; pages < 100_000; pages++) {
+      const page = await log.query(cursor === undefined ? query : { ...query, cursor });
+      out.push(...page.records);
+      if (page.nextCursor === null) return out;
+      cursor = page.nextCursor;
+    }
+    throw new Error("paging did not end");
+  }
+
+  it("pages without skipping or repeating a record while several replicas append", async () => {
+    const prefix = freshPrefix();
+    const writers = await Promise.all([0, 1, 2, 3].map((i) => replica(prefix, `gw-${i}`)));
+    const reader = await replica(prefix, "gw-reader");
+    const acknowledged: AuditRecord[] = [];
+    let writing = true;
+    // Each replica appends as fast as it can, many appends in flight at once.
+    const writing4 = writers.map(async (log, w) => {
+      for (let n = 0; n < 60; n++) {
+        const batch = await Promise.all(
+          Array.from({ length: 8 }, (_, i) =>
+            log.append(draft({ requestId: `w${w}-${n}-${i}`, key: `k/${(n + i) % 5}` })),
+          ),
+        );
+        acknowledged.push(...batch);
+      }
+    });
+    const done = Promise.all(writing4).finally(() => {
+      writing = false;
+    });
+    // A reader follows the log with small pages while it grows: unfiltered, and through a
+    // filter whose index streams are merged (a prefix over five keys).
+    const follow = async (query: Omit<AuditQuery, "cursor" | "limit">) => {
+      const seen: AuditRecord[] = [];
+      let cursor: string | undefined;
+      for (;;) {
+        const stillWriting = writing;
+        const page = await reader.query({ ...query, limit: 7, ...(cursor ? { cursor } : {}) });
+        seen.push(...page.records);
+        const last = page.records.at(-1);
+        if (page.nextCursor !== null) cursor = page.nextCursor;
+        else if (last) cursor = encodeCursor(last.seq); // to follow the log as it grows
+        if (page.nextCursor === null && !stillWriting) return seen;
+      }
+    };
+    const [all, filtered] = await Promise.all([follow({}), follow({ prefix: "k/" }), done]);
+    expect(acknowledged).toHaveLength(4 * 60 * 8);
+    const expected = [...acknowledged].sort((a, b) => a.seq - b.seq);
+    // Every acknowledged record once, in one order, with consecutive seqs: nothing skipped.
+    expect(all.map((r) => r.seq)).toEqual(expected.map((r) => r.seq));
+    expect(all).toEqual(expected);
+    expect(filtered).toEqual(expected);
+    expect(expected.map((r, i) => r.seq - i)).toEqual(expected.map(() => expected[0]!.seq));
+    expect(new Set(all.map((r) => r.gateway))).toEqual(new Set(["gw-0", "gw-1", "gw-2", "gw-3"]));
+  });
+
+  it("merges the index streams of a prefix without passing over any record", async () => {
+    const log = await replica(freshPrefix(), "gw-1");
+    // Two keys under p/, each with more entries than one read of its index stream returns, a
+    // few rejected among them; and more rejected records elsewhere, so that the prefix, not the
+    // decision, drives a query for both.
+    const drafts = [
+      ...Array.from({ length: 1400 }, (_, i) =>
+        draft({
+          key: `p/${i % 2 ? "a" : "b"}`,
+          requestId: `${i}`,
+          decision: i % 50 ? "accepted" : "rejected",
+        }),
+      ),
+      ...Array.from({ length: 1500 }, () => draft({ key: "q/x", decision: "rejected" })),
+    ];
+    const written: AuditRecord[] = [];
+    for (let i = 0; i < drafts.length; i += 100) {
+      written.push(...(await Promise.all(drafts.slice(i, i + 100).map((d) => log.append(d)))));
+    }
+    written.sort((a, b) => a.seq - b.seq);
+    const under = written.filter((r) => r.key!.startsWith("p/"));
+    const page = await log.query({ prefix: "p/", limit: 1000 });
+    expect(page.records).toEqual(under.slice(0, 1000));
+    expect(await walk(log, { prefix: "p/", limit: 1000 })).toEqual(under);
+    expect(await walk(log, { prefix: "p/a", limit: 333 })).toEqual(written.filter((r) => r.key === "p/a"));
+    const rejected = under.filter((r) => r.decision === "rejected");
+    expect(rejected).toHaveLength(28);
+    expect(await walk(log, { prefix: "p/", decision: "rejected", limit: 10 })).toEqual(rejected);
+  });
+
+  it("answers a page early with a cursor when a query examined its budget, and still misses nothing", async () => {
+    const log = await replica(freshPrefix(), "gw-1", { queryBudget: 25 });
+    const written: AuditRecord[] = [];
+    for (let i = 0; i < 300; i++) {
+      written.push(
+        await log.append(
+          draft({
+            op: i % 2 ? "PutObject" : "DeleteObject",
+            decision: i % 2 || i % 30 === 0 ? "rejected" : "accepted",
+          }),
+        ),
+      );
+    }
+    // Each filter lets half the records through, together they let through one in thirty: the
+    // query examines far more records than it returns.
+    const query = { op: "DeleteObject", decision: "rejected" as const, limit: 10 };
+    const first = await log.query(query);
+    expect(first.records.length).toBeLessThan(10);
+    expect(first.nextCursor).not.toBeNull();
+    const expected = written.filter((r) => r.op === "DeleteObject" && r.decision === "rejected");
+    expect(expected).toHaveLength(10);
+    expect(await walk(log, query)).toEqual(expected);
+    expect(await walk(log, { prefix: "k", decision: "rejected", limit: 3 })).toEqual(
+      written.filter((r) => r.decision === "rejected"),
+    );
+  });
+
+  it("turns time windows into seq ranges also when replicas' clocks disagree", async () => {
+    const prefix = freshPrefix();
+    const ahead = fakeClock(Date.UTC(2026, 0, 1, 0, 0, 0, 50));
+    const behind = fakeClock(Date.UTC(2026, 0, 1));
+    const a = await replica(prefix, "gw-a", { clock: ahead });
+    const b = await replica(prefix, "gw-b", { clock: behind });
+    const written: AuditRecord[] = [];
+    for (let i = 0; i < 200; i++) {
+      written.push(await (i % 2 ? a : b).append(draft({ requestId: `${i}` })));
+      ahead.advance(1);
+      behind.advance(1);
+    }
+    const window = (since: number, until: number) =>
+      written.filter((r) => Date.parse(r.time) >= since && Date.parse(r.time) < until);
+    const t0 = Date.UTC(2026, 0, 1);
+    for (const [since, until] of [
+      [t0 + 10, t0 + 60],
+      [t0 + 49, t0 + 51],
+      [t0, t0 + 1],
+      [t0 + 240, t0 + 250],
+      [t0 + 300, t0 + 400],
+    ] as const) {
+      const query = { since: new Date(since).toISOString(), until: new Date(until).toISOString(), limit: 7 };
+      expect(await walk(a, query)).toEqual(window(since, until));
+    }
+  });
+
+  it("records every replica's appends in one order with each replica's gateway id", async () => {
+    const prefix = freshPrefix();
+    const [a, b] = [await replica(prefix, "gw-a"), await replica(prefix, "gw-b")];
+    const ra = await a.append(draft());
+    const rb = await b.append(draft());
+    expect(rb.seq).toBe(ra.seq + 1);
+    expect((await b.query({ limit: 10 })).records.map((r) => r.gateway)).toEqual(["gw-a", "gw-b"]);
+  });
+
+  it("refuses a malformed time and a malformed cursor with InvalidArgument", async () => {
+    const log = await replica(freshPrefix(), "gw-1");
+    await expect(log.query({ limit: 1, since: "yesterday" })).rejects.toMatchObject({
+      code: "InvalidArgument",
+    });
+    await expect(log.append(draft({ time: "noon" }))).rejects.toMatchObject({ code: "InvalidArgument" });
+    await expect(log.query({ limit: 1, cursor: "zzz" })).rejects.toMatchObject({ code: "InvalidArgument" });
+  });
+
+  it("keeps tokens up to 2^53 exact", async () => {
+    const log = await replica(freshPrefix(), "gw-1");
+    const big = 2 ** 53 - 1;
+    await log.append(draft({ token: big, highestToken: big - 1 }));
+    expect((await log.query({ limit: 1 })).records[0]).toMatchObject({ token: big, highestToken: big - 1 });
+  });
+
+  describe("retention", () => {
+    async function archived(extra: { maxRecords?: number; maxAgeMs?: number } = { maxRecords: 10 }) {
+      const dir = tempDir("fencegate-audit-archive-");
+      dirs.push(dir);
+      const clock = fakeClock();
+      const prefix = freshPrefix();
+      const retention = {
+        archive: createDirArchiveStore(dir.path),
+        segmentRecords: 7,
+        intervalMs: 0,
+        ...extra,
+      };
+      const log = await replica(prefix, "gw-1", { clock, retention });
+      const other = await replica(prefix, "gw-2", { clock, retention });
+      return { log, other, clock, dir: dir.path, prefix };
+    }
+
+    const writeMany = async (log: AuditLog, clock: ReturnType<typeof fakeClock>, n: number) => {
+      const out: AuditRecord[] = [];
+      for (let i = 0; i < n; i++) {
+        out.push(
+          await log.append(
+            draft({
+              key: `logs/${i % 4}`,
+              leaseId: `L${i % 3}`,
+              op: i % 5 ? "PutObject" : "DeleteObject",
+              decision: i % 6 ? "accepted" : "rejected",
+            }),
+          ),
+        );
+        clock.advance(1_000);
+      }
+      return out;
+    };
+
+    it("moves records beyond maxRecords to JSON Lines segments, and queries still find every one", async () => {
+      const { log, other, clock, dir, prefix } = await archived();
+      const written = await writeMany(log, clock, 60);
+      const queries: Array<Omit<AuditQuery, "cursor">> = [
+        { limit: 4 },
+        { limit: 1000 },
+        { key: "logs/1", limit: 3 },
+        { prefix: "logs/", decision: "rejected", limit: 2 },
+        { leaseId: "L2", op: "PutObject", limit: 5 },
+        { bucket: "b", limit: 9 },
+        { since: written[13]!.time, until: written[41]!.time, limit: 6 },
+      ];
+      const before = await Promise.all(queries.map((q) => walk(log, q)));
+      expect(await log.archiveNow()).toBeGreaterThanOrEqual(50);
+      // At most maxRecords stay in Redis, the rest is in segments of at most 7 records.
+      const redis: Redis = await connectRedis(server.url);
+      opened.push({ close: async () => void redis.disconnect() });
+      const inRedis = await redis.xlen(`${prefix}:a`);
+      expect(inRedis).toBeLessThanOrEqual(10);
+      expect(await redis.exists(`${prefix}:a:x:l:L0`)).toBe(1);
+      const files = (await createDirArchiveStore(dir).list()).sort();
+      const lines = (await Promise.all(files.map((f) => readFile(join(dir, f), "utf8"))))
+        .join("")
+        .trim()
+        .split("\n");
+      expect(lines.map((l) => JSON.parse(l))).toEqual(written.slice(0, 60 - inRedis));
+      expect(files.every((f) => /^audit-\d{16}-\d{16}-[0-9a-f]{8}\.jsonl$/.test(f))).toBe(true);
+      // Same answers, page by page, from this replica and from another one.
+      for (const reader of [log, other]) {
+        expect(await Promise.all(queries.map((q) => walk(reader, q)))).toEqual(before);
+      }
+      // A cursor taken before the records moved still continues where it was.
+      const later = await writeMany(log, clock, 3);
+      const page = await log.query({ limit: 1000 });
+      expect(page.records).toEqual([...written, ...later]);
+    });
+
+    it("moves records older than maxAgeMs, and a cursor from before the move continues across it", async () => {
+      const { log, clock } = await archived({ maxAgeMs: 20_000 });
+      const written = await writeMany(log, clock, 40);
+      const head = await log.query({ limit: 5 });
+      expect(await log.archiveNow()).toBe(40 - 20);
+      const rest = await walk(log, { limit: 6, cursor: head.nextCursor! } as AuditQuery);
+      expect([...head.records, ...rest]).toEqual(written);
+    });
+
+    it("lets one replica move each record once when several archive at the same time", async () => {
+      const { log, other, clock, dir } = await archived();
+      const written = await writeMany(log, clock, 80);
+      // The lock lets one replica in; whoever comes later finds the rest or nothing.
+      const moved = [
+        ...(await Promise.all([log.archiveNow(), other.archiveNow()])),
+        await other.archiveNow(),
+        await log.archiveNow(),
+      ];
+      expect(moved.reduce((a, b) => a + b, 0)).toBe(70);
+      const files = await createDirArchiveStore(dir).list();
+      const lines = (await Promise.all(files.map((f) => readFile(join(dir, f), "utf8"))))
+        .join("")
+        .trim()
+        .split("\n");
+      const seqs = lines.map((l) => (JSON.parse(l) as AuditRecord).seq).sort((a, b) => a - b);
+      expect(new Set(seqs).size).toBe(seqs.length);
+      expect(await walk(other, { limit: 13 })).toEqual(written);
+    });
+  });
+
+  describe("failing closed", () => {
+    it("refuses appends, queries and pings while Redis is down, and serves again once it is back", async () => {
+      const own = await startRedis({ persistence: "aof" });
+      let current = own;
+      try {
+        const log = await createRedisAuditLog({
+          redis: await connectRedis(own.url, 1_000),
+          ownsConnection: true,
+          keyPrefix: "{down}",
+          gatewayId: "gw-1",
+        });
+        opened.push(log);
+        const kept = await log.append(draft({ requestId: "before" }));
+        await own.kill9();
+        for (const attempt of [log.append(draft()), log.query({ limit: 10 }), log.ping()]) {
+          await expect(attempt).rejects.toMatchObject({ code: "ServiceUnavailable" });
+        }
+        current = await own.restart();
+        // ioredis reconnects by itself; the scripts are loaded again on NOSCRIPT.
+        let after: AuditRecord | undefined;
+        for (let i = 0; i < 100 && after === undefined; i++) {
+          after = await log.append(draft({ requestId: "after" })).catch(async () => {
+            await new Promise((r) => setTimeout(r, 100));
+            return undefined;
+          });
+        }
+        expect(after?.seq).toBe(kept.seq + 1);
+        expect((await log.query({ limit: 10 })).records).toEqual([kept, after]);
+      } finally {
+        await current.stop();
+      }
+    });
+  });
+});
