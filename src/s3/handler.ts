@@ -75,6 +75,8 @@ export function s3Handler(opts: S3HandlerOptions) {
           requestId,
         };
       }
+      // The same answer for every caller, so before authentication (S3 signs these another way).
+      if (route.notImplemented !== undefined) throw new DomainError("NotImplemented", route.notImplemented);
       const auth = opts.authenticator.authenticate({
         method,
         rawPath,

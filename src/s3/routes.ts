@@ -55,6 +55,12 @@ export type Route = {
    * no body is read, for a caller without them. Required, so no route can forget it.
    */
   access: Needs;
+  /**
+   * An operation S3 defines and fencegate does not implement, whose answer (501 NotImplemented,
+   * with this message) is the same for every caller: given before authentication, for requests
+   * that S3 authenticates some other way (an HTML form's signed policy).
+   */
+  notImplemented?: string;
   run: S3Operation;
 };
 
@@ -105,6 +111,13 @@ const UNSUPPORTED_OBJECT_SUBRESOURCES = [
   "restore",
   "select",
 ];
+
+/** An HTML-form upload: S3 authenticates it with a signed policy among the form's fields. */
+const isFormUpload = (req: S3Request) =>
+  /^multipart\/form-data\b/i.test(String(req.headers["content-type"] ?? ""));
+
+const POST_OBJECT =
+  "POST uploads from HTML forms (PostObject) are not implemented by fencegate; use PutObject or a presigned PUT URL";
 
 const hasCopySource = (req: S3Request) => req.headers["x-amz-copy-source"] !== undefined;
 
@@ -278,6 +291,18 @@ export const ROUTES: readonly Route[] = [
     // write nowhere in the bucket is refused before its body is read.
     access: [{ action: "write", on: "somewhere" }],
     run: deleteObjects,
+  },
+  {
+    name: "PostObject",
+    target: "bucket",
+    methods: ["POST"],
+    when: isFormUpload,
+    write: true,
+    notImplemented: POST_OBJECT,
+    access: [{ action: "write", on: "somewhere" }],
+    run: async () => {
+      throw new DomainError("NotImplemented", POST_OBJECT);
+    },
   },
   { name: "CreateBucket", target: "bucket", methods: ["PUT"], access: WHOLE_BUCKET, run: createBucket },
   { name: "HeadBucket", target: "bucket", methods: ["HEAD"], access: PROBE_BUCKET, run: headBucket },

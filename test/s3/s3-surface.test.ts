@@ -393,3 +393,48 @@ describe("stored headers and listings", () => {
     expect(md5Hex("x")).toHaveLength(32);
   });
 });
+
+describe("operations S3 authenticates another way", () => {
+  const form = [
+    "--fg-boundary",
+    'Content-Disposition: form-data; name="key"',
+    "",
+    "form/upload.txt",
+    "--fg-boundary",
+    'Content-Disposition: form-data; name="file"; filename="upload.txt"',
+    "Content-Type: text/plain",
+    "",
+    "hello",
+    "--fg-boundary--",
+    "",
+  ].join("\r\n");
+  const formHeaders = { "content-type": "multipart/form-data; boundary=fg-boundary" };
+
+  it("answers an HTML-form upload (PostObject) 501 NotImplemented, signed or not, storing nothing", async () => {
+    // As a browser sends it: no Authorization header, the policy among the form's fields.
+    const browser = await rawRequest(gw.url, {
+      method: "POST",
+      path: `/${bucket}`,
+      body: form,
+      headers: formHeaders,
+    });
+    const err = expectS3Error(browser, "NotImplemented", 501);
+    expect(err.Message).toMatch(/PostObject/);
+    const signed = await signedRequest(gw.url, {
+      method: "POST",
+      path: `/${bucket}`,
+      body: form,
+      headers: formHeaders,
+    });
+    expectS3Error(signed, "NotImplemented", 501);
+    expect((await get("form/upload.txt")).status).toBe(404);
+    // A refused write, in the audit log like any other.
+    const records = (await gw.leases.audit({ bucket, op: "PostObject" })).records as Array<
+      Record<string, unknown>
+    >;
+    expect(records.map((r) => [r.decision, r.reason])).toEqual([
+      ["rejected", "NotImplemented"],
+      ["rejected", "NotImplemented"],
+    ]);
+  });
+});
