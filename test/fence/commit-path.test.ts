@@ -12,8 +12,9 @@ import { tempDir } from "../support/gateway.js";
 /**
  * The commit path of a fenced PutObject on the embedded default, counted in the statements
  * SQLite runs: the object's row is read twice (the early refusal before the body, and the check
- * inside the commit transaction), each time in one statement joined with its bucket, and the
- * lease, its audit record and the object row commit in one transaction.
+ * inside the commit transaction), each time in one statement joined with its bucket, the lease's
+ * row twice (authorization, and the check inside the commit), and the lease check, its audit
+ * record and the object row commit in one transaction.
  */
 describe("the commit path of a fenced PutObject on the embedded default", () => {
   it("reads the object's row twice, joined with its bucket, and commits once", async () => {
@@ -78,6 +79,8 @@ describe("the commit path of a fenced PutObject on the embedded default", () => 
       expect(objectReads.every((s) => /JOIN fs_objects/.test(s))).toBe(true);
       expect(bucketReads).toHaveLength(2); // the same two statements: the row and its bucket in one read
       expect(commits).toHaveLength(1);
+      // The lease row too: once for the authorization before the body, once inside the commit.
+      expect(statements.filter((s) => /FROM lease_leases/.test(s) && /^\s*SELECT/i.test(s))).toHaveLength(2);
     } finally {
       db.close();
       dir.cleanup();
