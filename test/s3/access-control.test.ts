@@ -2,7 +2,13 @@ import { XMLParser } from "fast-xml-parser";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { S3Request } from "../../src/s3/protocol/context.js";
 import { ROUTES } from "../../src/s3/routes.js";
-import { objectPath, type RawResponse, type SignedRequest } from "../support/signed-http.js";
+import {
+  objectPath,
+  presign,
+  type RawResponse,
+  rawRequest,
+  type SignedRequest,
+} from "../support/signed-http.js";
 import {
   type AccessGateway,
   as,
@@ -634,6 +640,61 @@ describe("DeleteObjects checks each key", () => {
       ["team-a/gone.txt", "accepted", null, WRITER.accessKeyId],
       ["team-b/seed.txt", "rejected", "AccessDenied", WRITER.accessKeyId],
     ]);
+  });
+});
+
+describe("presigned URLs carry the signer's rights, never more", () => {
+  const url = (who: typeof ROOT, method: string, bucket: string, key: string) =>
+    presign(env.gw.url, { method, path: objectPath(bucket, key), expiresIn: 300, credentials: who });
+  const use = async (who: typeof ROOT, method: string, bucket: string, key: string, body?: string) =>
+    rawRequest(env.gw.url, { method, path: await url(who, method, bucket, key), ...(body ? { body } : {}) });
+
+  it("the writer's URLs work under its prefix and are refused beside it and in other buckets", async () => {
+    const put = await use(WRITER, "PUT", SHARED, "team-a/presigned.txt", "by the writer");
+    expect(put.status, put.text).toBe(200);
+    const get = await use(WRITER, "GET", SHARED, "team-a/presigned.txt");
+    expect(get.text).toBe("by the writer");
+
+    for (const [method, bucket, key, op] of [
+      ["PUT", SHARED, "team-b/presigned.txt", "PutObject"],
+      ["GET", SHARED, "team-b/seed.txt", "GetObject"],
+      ["DELETE", SHARED, "team-b/seed.txt", "DeleteObject"],
+      ["GET", PRIVATE, "secret.txt", "GetObject"],
+      ["PUT", PRIVATE, "presigned.txt", "PutObject"],
+    ] as const) {
+      const res = await use(WRITER, method, bucket, key, method === "PUT" ? "x" : undefined);
+      await expectDenied(env, res, { op, who: WRITER, bucket, key });
+    }
+  });
+
+  it("the reader's URLs read the shared bucket and write nothing", async () => {
+    const get = await use(READER, "GET", SHARED, "team-b/seed.txt");
+    expect(get.text).toBe("seed of team-b/seed.txt");
+    for (const [method, key, op] of [
+      ["PUT", "team-a/by-reader.txt", "PutObject"],
+      ["DELETE", "team-a/seed.txt", "DeleteObject"],
+    ] as const) {
+      const res = await use(READER, method, SHARED, key, method === "PUT" ? "x" : undefined);
+      await expectDenied(env, res, { op, who: READER, bucket: SHARED, key });
+    }
+    await expectDenied(env, await use(READER, "GET", PRIVATE, "secret.txt"), {
+      op: "GetObject",
+      who: READER,
+      bucket: PRIVATE,
+      key: "secret.txt",
+    });
+    // Nothing the refused URLs named changed.
+    expect((await send(ROOT, { method: "GET", path: objectPath(SHARED, "team-a/seed.txt") })).status).toBe(
+      200,
+    );
+    expect(
+      (await send(ROOT, { method: "HEAD", path: objectPath(SHARED, "team-a/by-reader.txt") })).status,
+    ).toBe(404);
+  });
+
+  it("root's URLs reach every bucket", async () => {
+    const get = await use(ROOT, "GET", PRIVATE, "secret.txt");
+    expect(get.text).toBe("seed of secret.txt");
   });
 });
 
