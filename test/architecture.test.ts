@@ -25,6 +25,7 @@ const RANKS: Readonly<Record<string, number>> = {
   fence: 4,
   backends: 5,
   config: 5,
+  epochs: 6,
   s3: 6,
   api: 6,
   client: 7,
