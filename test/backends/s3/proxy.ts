@@ -17,15 +17,16 @@ export type Proxy = {
  */
 export async function startProxy(
   target: string,
-  decide: (req: IncomingMessage, path: string) => ProxyAction = () => "forward",
+  /** May answer later: the request waits in the proxy (its body unread) until then. */
+  decide: (req: IncomingMessage, path: string) => ProxyAction | Promise<ProxyAction> = () => "forward",
 ): Promise<Proxy> {
   const to = new URL(target);
   const seen: Proxy["seen"] = [];
   const sockets = new Set<Socket>();
-  const server: Server = createServer((req, res) => {
+  const server: Server = createServer(async (req, res) => {
     const path = decodeURIComponent(req.url ?? "");
     seen.push({ method: req.method ?? "", path });
-    const action = decide(req, path);
+    const action = await decide(req, path);
     if (action === "lose-request") {
       req.socket.destroy();
       return;
