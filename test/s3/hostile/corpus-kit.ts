@@ -13,7 +13,13 @@ export type CorpusEnv = {
   /** An open multipart upload of seed/upload, with part 1 uploaded. */
   uploadId: string;
   partEtag: string;
-  presign(method: string, path: string, expiresIn: number, signingDate?: Date): Promise<string>;
+  presign(
+    method: string,
+    path: string,
+    expiresIn: number,
+    signingDate?: Date,
+    query?: Record<string, string>,
+  ): Promise<string>;
 };
 
 /** An answer as read off the wire. */

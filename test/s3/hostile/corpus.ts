@@ -471,6 +471,23 @@ export function presignedCases(env: CorpusEnv): HostileCase[] {
       expect: refused("AccessDenied", 403, "Request has expired"),
     });
   }
+  // User metadata that a presigned URL carries in its query (signed): control bytes are refused.
+  for (const [label, value] of [
+    ["NUL", "a\u0000b"],
+    ["unit separator", "a\u001fb"],
+    ["escape", "\u001b[31m"],
+  ]) {
+    cases.push({
+      name: `presigned PUT: metadata with ${label}`,
+      send: async () => {
+        const url = await env.presign("PUT", `/${env.bucket}/presigned-meta`, 300, undefined, {
+          "x-amz-meta-m": value!,
+        });
+        return unsigned({ method: "PUT", path: url, body: "x", headers: { "x-fence-token": env.token } });
+      },
+      expect: refused("InvalidArgument", 400),
+    });
+  }
   return cases;
 }
 

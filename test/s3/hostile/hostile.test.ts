@@ -74,8 +74,14 @@ beforeAll(async () => {
     token: lease.fencingToken,
     uploadId,
     partEtag: String(part.headers.etag),
-    presign: (method, path, expiresIn, signingDate) =>
-      presign(gw.url, { method, path, expiresIn, ...(signingDate ? { signingDate } : {}) }),
+    presign: (method, path, expiresIn, signingDate, query) =>
+      presign(gw.url, {
+        method,
+        path,
+        expiresIn,
+        ...(signingDate ? { signingDate } : {}),
+        ...(query ? { query } : {}),
+      }),
   };
 });
 
