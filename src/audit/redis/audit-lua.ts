@@ -11,11 +11,12 @@
  * - `P:a`               the log: one stream entry per record, id `0-<seq>`, in commit order;
  * - `P:a:seq`           the last seq given out (INCR inside the appending script: one total
  *                       order for every replica, see below);
- * - `P:a:x:<f>:<value>` one index stream per filter value (b bucket, k key, p lease prefix,
- *                       l lease, d decision, o op), entries with the same ids as the log and no
- *                       payload, so a filtered page reads only its own index;
- * - `P:a:n:k`, `P:a:n:p` every key and every lease prefix that has an index stream (sorted by
- *                       bytes): a prefix filter finds its index streams with one range read;
+ * - `P:a:x:<f>:<value>` one index per filter value: streams with the log's ids and no payload
+ *                       for b bucket, d decision, o op; sorted sets of seqs (score = member =
+ *                       seq) for k key, p lease prefix, l lease. A filtered page reads only its
+ *                       own index;
+ * - `P:a:n:k`, `P:a:n:p` every key and every lease prefix that has an index (sorted by bytes):
+ *                       a prefix filter finds its indexes with one range read;
  * - `P:a:last`          the latest record time (ms), and `h` in each record: the latest time of
  *                       the log up to and including that record, which never decreases with seq;
  * - `P:a:lag`           how far (ms) any record's time was behind the latest time before it
@@ -45,7 +46,7 @@ export const AUDIT_FIELDS = [
 
 export type AuditField = (typeof AUDIT_FIELDS)[number];
 
-/** Index streams: the query filter -> the index name (`P:a:x:<name>:<value>`). */
+/** The query filter -> the index name (`P:a:x:<name>:<value>`). */
 export const AUDIT_INDEXES = { bucket: "b", key: "k", leaseId: "l", decision: "d", op: "o" } as const;
 
 /** The key prefix used when the configuration names none (the hash tag keeps one slot). */
@@ -84,17 +85,24 @@ local function audit_append(r)
   args[#args + 1] = 'h'
   args[#args + 1] = string.format('%.0f', h)
   redis.call(unpack(args))
-  -- Index streams share the log's ids: a filtered page reads its index after the cursor and
-  -- fetches only the records it returns.
-  local function index(name, value)
+  -- Index entries carry the record's seq: a filtered page reads its index after the cursor and
+  -- fetches only the records it returns. Few values with many records each (bucket, decision,
+  -- op) are streams with the log's ids, the most compact for long runs; many values with few
+  -- records each (key, lease prefix, lease) are sorted sets by seq, which cost bytes, not the
+  -- kilobytes of a stream's first node.
+  local function stream_index(name, value)
     if value ~= nil then redis.call('XADD', A .. ':x:' .. name .. ':' .. value, id, 's', '') end
   end
-  index('b', r.b)
-  index('k', r.k)
-  index('p', r.p)
-  index('l', r.lid)
-  index('d', r.d)
-  index('o', r.op)
+  local s = string.format('%.0f', seq)
+  local function set_index(name, value)
+    if value ~= nil then redis.call('ZADD', A .. ':x:' .. name .. ':' .. value, s, s) end
+  end
+  stream_index('b', r.b)
+  stream_index('d', r.d)
+  stream_index('o', r.op)
+  set_index('k', r.k)
+  set_index('p', r.p)
+  set_index('l', r.lid)
   -- Keys and lease prefixes by name, for prefix filters.
   if r.k ~= nil then redis.call('ZADD', A .. ':n:k', 0, r.k) end
   if r.p ~= nil then redis.call('ZADD', A .. ':n:p', 0, r.p) end

@@ -22,11 +22,12 @@ return audit_append(r)
  * One page of a query, read in one script so that it sees one state of the log (several index
  * streams read in one script cannot disagree about what was appended between them).
  *
- * ARGV: after (seq, exclusive), fetch (matches wanted), budget (records examined at most),
+ * ARGV: after (seq, exclusive), fetch (matches wanted), budget (work at most: a unit per record
+ * read or index entry considered, a quarter for an entry read to check another filter),
  * since ms or '', until ms or '', prefix or '', then index name, value pairs (equality filters).
  *
  * Returns {state, position, archived, matches...}: state 'full' (fetch matches found), 'end'
- * (nothing more in the range) or 'budget' (stopped after examining `budget` records: everything
+ * (nothing more in the range) or 'budget' (stopped once the work reached `budget`: everything
  * up to `position` was examined); `archived` is the last seq already moved to the archive (this
  * read started after it); each match is {id, fields}.
  */
@@ -47,11 +48,31 @@ if ARGV[6] ~= '' then prefix = ARGV[6] end
 local FIELD = {b = 'b', k = 'k', l = 'lid', d = 'd', o = 'op'}
 local eq = {}
 for i = 7, #ARGV, 2 do eq[#eq + 1] = {ARGV[i], ARGV[i + 1]} end
--- More names than this under a prefix: reading their index streams side by side costs more
+-- More names than this under a prefix: reading their indexes side by side costs more
 -- than reading the log itself.
-local MAX_MERGE = 64
+local MAX_MERGE = 256
 
 local function seq_of(id) return tonumber(string.sub(id, 3)) end
+-- Indexes that are sorted sets of seqs; the others are streams with the log's ids.
+local ZSET = {k = true, p = true, l = true}
+local function index_len(ix)
+  if ZSET[ix[1]] then return redis.call('ZCARD', ix[2]) end
+  return redis.call('XLEN', ix[2])
+end
+-- The seqs in an index after 'from' up to 'to', at most 'count' of them, in order.
+local function index_read(ix, from, to, count)
+  local out = {}
+  if ZSET[ix[1]] then
+    for i, m in ipairs(redis.call('ZRANGEBYSCORE', ix[2], '(' .. from, to, 'LIMIT', 0, count)) do
+      out[i] = tonumber(m)
+    end
+  else
+    for i, e in ipairs(redis.call('XRANGE', ix[2], '(0-' .. from, '0-' .. to, 'COUNT', count)) do
+      out[i] = seq_of(e[1])
+    end
+  end
+  return out
+end
 local function fields(flat)
   local f = {}
   for i = 1, #flat, 2 do f[flat[i]] = flat[i + 1] end
@@ -102,16 +123,18 @@ local function matches(f)
   return true
 end
 
--- The driver: the smallest of the log's range, each equality filter's index stream, and the
--- index streams of the names under the prefix. Every other filter is checked on its records.
+-- The driver: the smallest of the log's range, each equality filter's index, and the indexes
+-- of the names under the prefix. Every other filter is checked on its records.
 local driver = nil
 local size = hi - lo
-for _, e in ipairs(eq) do
-  local key = A .. ':x:' .. e[1] .. ':' .. e[2]
-  local n = redis.call('XLEN', key)
+local eqix, driven = {}, nil
+for i, e in ipairs(eq) do
+  local ix = {e[1], A .. ':x:' .. e[1] .. ':' .. e[2], 0}
+  ix[3] = index_len(ix)
+  eqix[i] = ix
   -- An index that does not exist: nothing can match.
-  if n == 0 then return {'end', hi, archived} end
-  if n < size then driver, size = {key}, n end
+  if ix[3] == 0 then return {'end', hi, archived} end
+  if ix[3] < size then driver, size, driven = {ix}, ix[3], i end
 end
 if prefix ~= nil then
   local from, to = '[' .. prefix, '(' .. prefix .. '\\255'
@@ -119,18 +142,58 @@ if prefix ~= nil then
   local pnames = redis.call('ZRANGEBYLEX', A .. ':n:p', from, to, 'LIMIT', 0, MAX_MERGE + 1)
   if #names + #pnames == 0 then return {'end', hi, archived} end
   if #names + #pnames <= MAX_MERGE then
-    local keys, n = {}, 0
-    for _, s in ipairs(names) do keys[#keys + 1] = A .. ':x:k:' .. s end
-    for _, s in ipairs(pnames) do keys[#keys + 1] = A .. ':x:p:' .. s end
-    for _, key in ipairs(keys) do n = n + redis.call('XLEN', key) end
-    if n < size then driver, size = keys, n end
+    local ixs, n = {}, 0
+    for _, s in ipairs(names) do ixs[#ixs + 1] = {'k', A .. ':x:k:' .. s} end
+    for _, s in ipairs(pnames) do ixs[#ixs + 1] = {'p', A .. ':x:p:' .. s} end
+    for _, ix in ipairs(ixs) do n = n + index_len(ix) end
+    if n < size then driver, size, driven = ixs, n, nil end
   end
+end
+-- The equality filters the driver does not answer by itself: checked on their own indexes
+-- before a record is read, so that a record is fetched only when it can match.
+local others = {}
+local examined = 0
+for i, ix in ipairs(eqix) do
+  if i ~= driven then others[#others + 1] = ix end
+end
+local log_len = math.max(1, redis.call('XLEN', A))
+local function prefilter(ids)
+  local keep = ids
+  for _, ix in ipairs(others) do
+    if #keep == 0 then return keep end
+    local next_keep = {}
+    if ZSET[ix[1]] then
+      examined = examined + #keep / 4
+      for _, s in ipairs(keep) do
+        if redis.call('ZSCORE', ix[2], s) then next_keep[#next_keep + 1] = s end
+      end
+    elseif (keep[#keep] - keep[1]) * ix[3] / log_len <= 8 * #keep then
+      -- A stream read in order over the candidates' span, when that span holds few entries.
+      local have, from = {}, keep[1] - 1
+      while true do
+        local got = index_read(ix, from, keep[#keep], 1000)
+        examined = examined + #got / 4
+        for _, s in ipairs(got) do have[s] = true end
+        if #got < 1000 then break end
+        from = got[#got]
+      end
+      for _, s in ipairs(keep) do
+        if have[s] then next_keep[#next_keep + 1] = s end
+      end
+    else
+      examined = examined + #keep
+      for _, s in ipairs(keep) do
+        if #redis.call('XRANGE', ix[2], '0-' .. s, '0-' .. s) > 0 then next_keep[#next_keep + 1] = s end
+      end
+    end
+    keep = next_keep
+  end
+  return keep
 end
 
 local out = {'full', 0, archived}
-local found, examined = 0, 0
+local found = 0
 local function take(id, f)
-  examined = examined + 1
   if matches(f) then
     out[#out + 1] = {id, f}
     found = found + 1
@@ -157,6 +220,7 @@ if driver == nil then
     local es = redis.call('XRANGE', A, '(0-' .. pos, '0-' .. hi, 'COUNT', BATCH)
     for _, e in ipairs(es) do
       pos = seq_of(e[1])
+      examined = examined + 1
       if take(e[1], fields(e[2])) then return finish('full') end
     end
     if #es < BATCH then pos = hi; return finish('end') end
@@ -164,24 +228,28 @@ if driver == nil then
   end
 end
 
--- One or more index streams merged in seq order. A stream that filled its batch is known only
--- up to its last id: ids beyond the smallest such bound wait for the next round, so that no id
--- of another stream below them is passed over.
+-- One or more indexes merged in seq order. An index that filled its batch is known only up to
+-- its last seq: seqs beyond the smallest such bound wait for the next round, so that no seq of
+-- another index below them is passed over.
 while true do
   local ids, seen = {}, {}
   local bound = hi
-  for _, key in ipairs(driver) do
-    local es = redis.call('XRANGE', key, '(0-' .. pos, '0-' .. hi, 'COUNT', BATCH)
-    for _, e in ipairs(es) do
-      local s = seq_of(e[1])
+  for _, ix in ipairs(driver) do
+    local got = index_read(ix, pos, hi, BATCH)
+    for _, s in ipairs(got) do
       if not seen[s] then seen[s] = true; ids[#ids + 1] = s end
     end
-    if #es == BATCH then bound = math.min(bound, seq_of(es[#es][1])) end
+    if #got == BATCH then bound = math.min(bound, got[#got]) end
   end
   table.sort(ids)
+  local upto = {}
   for _, s in ipairs(ids) do
-    if s > bound then break end
+    if s <= bound then upto[#upto + 1] = s end
+  end
+  examined = examined + #upto
+  for _, s in ipairs(prefilter(upto)) do
     local e = redis.call('XRANGE', A, '0-' .. s, '0-' .. s)[1]
+    examined = examined + 1
     pos = s
     -- An index entry whose record is gone (archived meanwhile cannot happen in one script;
     -- this only guards against a hand-edited log) is skipped.
@@ -208,7 +276,7 @@ local last = tonumber(ARGV[2])
 -- Only the archiver that read the log from where the archive ended may move it on: two
 -- gateways racing for the same records register one segment, never two overlapping ones.
 if tonumber(redis.call('GET', A .. ':archived') or '0') ~= expected then return 0 end
--- The index streams holding the records being moved, read from the records themselves.
+-- The indexes holding the records being moved, read from the records themselves.
 local INDEX = {b = 'b', k = 'k', p = 'p', lid = 'l', d = 'd', op = 'o'}
 local keys = {}
 local pos = expected
@@ -231,11 +299,19 @@ redis.call('SET', A .. ':archived', last)
 local min = '0-' .. string.format('%.0f', last + 1)
 redis.call('XTRIM', A, 'MINID', min)
 for key, what in pairs(keys) do
-  redis.call('XTRIM', key, 'MINID', min)
-  -- An index with nothing left goes, and with it the key or prefix it was found under.
-  if redis.call('XLEN', key) == 0 then
-    redis.call('DEL', key)
-    if what[1] == 'k' or what[1] == 'p' then redis.call('ZREM', A .. ':n:' .. what[1], what[2]) end
+  local left
+  if what[1] == 'k' or what[1] == 'p' or what[1] == 'l' then
+    -- A sorted set of seqs; Redis deletes it when it becomes empty.
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', last))
+    left = redis.call('ZCARD', key)
+  else
+    redis.call('XTRIM', key, 'MINID', min)
+    left = redis.call('XLEN', key)
+    if left == 0 then redis.call('DEL', key) end
+  end
+  -- A key or prefix with nothing left in its index is no longer found under its name.
+  if left == 0 and (what[1] == 'k' or what[1] == 'p') then
+    redis.call('ZREM', A .. ':n:' .. what[1], what[2])
   end
 end
 return 1

@@ -40,7 +40,7 @@ export type RedisAuditLog = AuditLog & {
 };
 
 /** Records examined per query page at most (Redis runs nothing else meanwhile). */
-export const DEFAULT_QUERY_BUDGET = 20_000;
+export const DEFAULT_QUERY_BUDGET = 5_000;
 
 /**
  * A Redis connection that fails closed: no offline queue and no resending after a reconnect,

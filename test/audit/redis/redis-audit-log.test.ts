@@ -177,6 +177,7 @@ describe("redis audit log", () => {
           draft({
             op: i % 2 ? "PutObject" : "DeleteObject",
             decision: i % 2 || i % 30 === 0 ? "rejected" : "accepted",
+            leaseId: `L${i % 37}`,
           }),
         ),
       );
@@ -190,6 +191,19 @@ describe("redis audit log", () => {
     const expected = written.filter((r) => r.op === "DeleteObject" && r.decision === "rejected");
     expect(expected).toHaveLength(10);
     expect(await walk(log, query)).toEqual(expected);
+    // Each way a second filter is checked on its own index before a record is read: a sorted
+    // set looked up per candidate, a stream read over the candidates' span, a stream looked up
+    // per candidate when that span is long.
+    const only = (test: (r: AuditRecord) => boolean) => written.filter(test);
+    expect(await walk(log, { key: "k", op: "DeleteObject", limit: 50 })).toEqual(
+      only((r) => r.op === "DeleteObject"),
+    );
+    expect(await walk(log, { leaseId: "L3", op: "DeleteObject", limit: 2 })).toEqual(
+      only((r) => r.leaseId === "L3" && r.op === "DeleteObject"),
+    );
+    expect(await walk(log, { leaseId: "L4", decision: "accepted", op: "DeleteObject", limit: 2 })).toEqual(
+      only((r) => r.leaseId === "L4" && r.op === "DeleteObject" && r.decision === "accepted"),
+    );
     expect(await walk(log, { prefix: "k", decision: "rejected", limit: 3 })).toEqual(
       written.filter((r) => r.decision === "rejected"),
     );
