@@ -11,9 +11,9 @@ import {
 } from "../audit/audit-log.js";
 import { DomainError } from "../core/errors.js";
 import type { Keyring } from "../fence/tokens.js";
-import type { Caller, LeaseService } from "../leases/lease-service.js";
-import type { LeaseResource } from "../leases/lease-store.js";
+import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js";
 import { toApiError } from "./errors.js";
+import { filterParam, leaseOwnerOf, leaseResourceOf } from "./lease-input.js";
 import { leaseView } from "./lease-view.js";
 import openapi from "./openapi.json" with { type: "json" };
 
@@ -41,7 +41,9 @@ export type LeaseApiOptions = {
 /** The JSON lease API and health endpoint (contract: "Lease API"). */
 export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   const app = new Hono<ApiEnv>().basePath(API_BASE);
-  const view = (lease: Parameters<typeof leaseView>[0]) => leaseView(lease, opts.keyring);
+  // The fencing token only for whoever acts for the lease (LeaseService.actsFor).
+  const viewFor = (c: Context<ApiEnv>) => (lease: LeaseInfo) =>
+    leaseView(lease, opts.keyring, opts.leases.actsFor(lease, caller(c)));
 
   app.onError((err, c) => {
     const e = toApiError(err);
@@ -74,33 +76,30 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
 
   app.post("/leases", async (c) => {
     const body = jsonBody(c);
-    const resource = resourceOf(body);
+    const resource = leaseResourceOf(body);
     const ttlMs = body.ttlMs;
     if (typeof ttlMs !== "number") throw invalid("ttlMs is required (milliseconds)");
     const waitMs = body.waitMs ?? 0;
     if (typeof waitMs !== "number") throw invalid("waitMs must be a number of milliseconds");
-    const owner = body.owner ?? c.get("principal");
-    if (typeof owner !== "string" || owner.length === 0 || owner.length > 256) {
-      throw invalid("owner must be a string of 1 to 256 characters");
-    }
+    const owner = leaseOwnerOf(body.owner, c.get("principal"));
     const lease = await opts.leases.acquire({ resource, ttlMs, waitMs, owner }, caller(c));
-    return c.json(view(lease), 201);
+    return c.json(viewFor(c)(lease), 201);
   });
 
   app.get("/leases", async (c) => {
-    const bucket = c.req.query("bucket") || undefined;
-    const prefix = c.req.query("prefix") || undefined;
-    return c.json({ leases: (await opts.leases.list({ bucket, prefix })).map(view) });
+    const bucket = filterParam("bucket", c.req.query("bucket"));
+    const prefix = filterParam("prefix", c.req.query("prefix"));
+    return c.json({ leases: (await opts.leases.list({ bucket, prefix })).map(viewFor(c)) });
   });
 
-  app.get("/leases/:leaseId", async (c) => c.json(view(await opts.leases.get(c.req.param("leaseId")))));
+  app.get("/leases/:leaseId", async (c) => c.json(viewFor(c)(await opts.leases.get(c.req.param("leaseId")))));
 
   app.post("/leases/:leaseId/renew", async (c) => {
     const body = c.get("body").length > 0 ? jsonBody(c) : {};
     const ttlMs = body.ttlMs;
     if (ttlMs !== undefined && typeof ttlMs !== "number")
       throw invalid("ttlMs must be a number of milliseconds");
-    return c.json(view(await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c))));
+    return c.json(viewFor(c)(await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c))));
   });
 
   app.delete("/leases/:leaseId", async (c) => {
@@ -129,22 +128,6 @@ function jsonBody(c: Context<ApiEnv>): Record<string, unknown> {
     throw invalid("the request body must be a JSON object");
   }
   return parsed as Record<string, unknown>;
-}
-
-function resourceOf(body: Record<string, unknown>): LeaseResource {
-  const { bucket, key, prefix } = body;
-  if (typeof bucket !== "string" || bucket.length === 0) throw invalid("bucket is required");
-  if ((key === undefined) === (prefix === undefined)) throw invalid('give exactly one of "key" or "prefix"');
-  if (key !== undefined) {
-    if (typeof key !== "string" || key.length === 0 || Buffer.byteLength(key) > 1024) {
-      throw invalid("key must be a string of 1 to 1024 bytes");
-    }
-    return { bucket, key };
-  }
-  if (typeof prefix !== "string" || Buffer.byteLength(prefix) > 1024) {
-    throw invalid("prefix must be a string of at most 1024 bytes");
-  }
-  return { bucket, prefix };
 }
 
 function auditQuery(c: Context<ApiEnv>): AuditQuery {

@@ -17,8 +17,16 @@ export type Lease = {
   state: "active" | "expired" | "released";
 };
 
-export function leaseView(lease: LeaseInfo, keyring: Keyring): Lease {
-  return {
+/**
+ * A lease as another access key sees it: without its fencing token, which only the access key
+ * that acquired the lease (its delegates, and administrators) are shown.
+ */
+export type LeaseWithoutToken = Omit<Lease, "fencingToken">;
+
+export function leaseView(lease: LeaseInfo, keyring: Keyring): Lease;
+export function leaseView(lease: LeaseInfo, keyring: Keyring, showToken: boolean): Lease | LeaseWithoutToken;
+export function leaseView(lease: LeaseInfo, keyring: Keyring, showToken = true): Lease | LeaseWithoutToken {
+  const view: Lease = {
     leaseId: lease.leaseId,
     bucket: lease.bucket,
     ...(lease.key !== undefined ? { key: lease.key } : { prefix: lease.prefix ?? "" }),
@@ -39,4 +47,7 @@ export function leaseView(lease: LeaseInfo, keyring: Keyring): Lease {
     expiresAt: new Date(lease.expiresAt).toISOString(),
     state: lease.state,
   };
+  if (showToken) return view;
+  const { fencingToken: _hidden, ...withoutToken } = view;
+  return withoutToken;
 }

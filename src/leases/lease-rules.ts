@@ -36,14 +36,55 @@ export function covers(lease: ResourceRef, bucket: string, key: string): boolean
   return key.startsWith(lease.prefix ?? "");
 }
 
-/** Release wins over expiry: a lease released after it expired reads as released. */
-export function leaseState(lease: Pick<LeaseRecord, "expiresAt" | "releasedAt">, now: number): LeaseState {
+/**
+ * A lease is released only when released while active (a release after expiry reports the
+ * expiry instead, see LeaseStore.release). Once the store has seen it end (`endedAt`), it stays
+ * ended whatever `now` says: a clock stepped back does not revive it.
+ */
+export function leaseState(
+  lease: Pick<LeaseRecord, "expiresAt" | "releasedAt" | "endedAt">,
+  now: number,
+): LeaseState {
   if (lease.releasedAt !== undefined) return "released";
+  if (lease.endedAt !== undefined) return "expired";
   return lease.expiresAt <= now ? "expired" : "active";
 }
 
-export const isActive = (lease: Pick<LeaseRecord, "expiresAt" | "releasedAt">, now: number): boolean =>
-  leaseState(lease, now) === "active";
+export const isActive = (
+  lease: Pick<LeaseRecord, "expiresAt" | "releasedAt" | "endedAt">,
+  now: number,
+): boolean => leaseState(lease, now) === "active";
+
+/**
+ * Why a string cannot go into a lease (bucket, key, prefix, owner, principal): it must be
+ * well-formed Unicode, since a lone UTF-16 surrogate has no UTF-8 form and each store, the token
+ * and each backend would otherwise see a different string. Null when it is fine. The lease API
+ * applies the S3 key and bucket rules on top of this (src/core/key-rules.ts).
+ */
+export function textProblem(name: string, value: string): string | null {
+  return LONE_SURROGATE.test(value) ? `${name} is not well-formed Unicode (a lone UTF-16 surrogate)` : null;
+}
+
+/**
+ * Throws DomainError InvalidArgument unless every string of a grant is well-formed: what each
+ * store checks before anything reaches its state, whoever calls it.
+ */
+export function assertWellFormedAcquire(input: {
+  resource: ResourceRef;
+  owner: string;
+  principal?: string | undefined;
+}): void {
+  const { resource, owner, principal } = input;
+  const problem =
+    textProblem("bucket", resource.bucket) ??
+    (resource.key !== undefined ? textProblem("key", resource.key) : null) ??
+    (resource.prefix !== undefined ? textProblem("prefix", resource.prefix) : null) ??
+    textProblem("owner", owner) ??
+    (principal !== undefined ? textProblem("principal", principal) : null);
+  if (problem) throw new DomainError("InvalidArgument", problem);
+}
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
 /**
  * The instant the lease stopped being active: its release or its expiry, whichever came first.

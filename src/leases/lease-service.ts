@@ -1,4 +1,5 @@
 import { EventEmitter } from "node:events";
+import { type AccessPolicy, openPolicy } from "../access/access-policy.js";
 import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
@@ -9,6 +10,7 @@ import type {
   LeaseEventHook,
   LeaseRecord,
   LeaseResource,
+  LeaseSideEvent,
   LeaseStore,
 } from "./lease-store.js";
 
@@ -38,6 +40,11 @@ export type LeaseServiceOptions = {
   clock: Clock;
   limits: LeaseLimits;
   fenceObject: ObjectFencer;
+  /**
+   * Who may lease what, and who is an administrator. Default: everyone may do everything. A
+   * caller without a principal (the gateway itself) is never refused.
+   */
+  access?: AccessPolicy;
   /** How often a waiting acquire retries when nothing wakes it sooner. */
   pollMs?: number;
 };
@@ -61,6 +68,22 @@ export class LeaseService {
     return this.opts.limits;
   }
 
+  private get access(): AccessPolicy {
+    return this.opts.access ?? openPolicy;
+  }
+
+  /**
+   * Whether the caller acts for the lease: the access key that acquired it, or an administrator
+   * (or the gateway itself). Only such a caller sees the lease's fencing token, renews or
+   * releases it. A lease granted before principals were kept is anyone's who may lease it.
+   */
+  actsFor(lease: LeaseRecord, caller: Caller): boolean {
+    const { principal } = caller;
+    if (principal === null || this.access.isAdmin(principal)) return true;
+    if (lease.principal !== undefined) return lease.principal === principal;
+    return this.access.allows(principal, "lease", lease.bucket, scopeOf(lease));
+  }
+
   async acquire(req: AcquireRequest, caller: Caller): Promise<LeaseInfo> {
     this.checkTtl(req.ttlMs);
     if (!Number.isInteger(req.waitMs) || req.waitMs < 0 || req.waitMs > this.opts.limits.maxWaitMs) {
@@ -69,23 +92,45 @@ export class LeaseService {
         `waitMs must be a whole number from 0 to ${this.opts.limits.maxWaitMs}`,
       );
     }
-    const deadline = this.opts.clock() + req.waitMs;
+    const { principal } = caller;
+    if (
+      principal !== null &&
+      !this.access.allows(principal, "lease", req.resource.bucket, scopeOf(req.resource))
+    ) {
+      await this.recordFor("LeaseAcquired", req.resource, caller, {
+        decision: "rejected",
+        reason: "AccessDenied",
+        owner: req.owner,
+      });
+      throw accessDenied(`may not lease ${describe(req.resource)}`);
+    }
+    // Waiting is measured on the monotonic clock: a wall clock step neither cuts it short nor
+    // stretches it.
+    const deadline = performance.now() + req.waitMs;
     for (;;) {
       const event = this.event("LeaseAcquired", caller);
       const result: AcquireResult = await this.opts.store.tryAcquire(
-        { resource: req.resource, ttlMs: req.ttlMs, owner: req.owner },
+        {
+          resource: req.resource,
+          ttlMs: req.ttlMs,
+          owner: req.owner,
+          ...(principal !== null ? { principal } : {}),
+        },
         event.hook,
       );
       if (result.granted) {
+        // Expiries this grant saw are recorded before it, in token order.
+        for (const lapsed of result.expired ?? []) await event.recordIfNotYet(lapsed, "LeaseExpired");
         await event.recordIfNotYet(result.lease);
+        this.changes.emit("change");
         return this.info(result.lease);
       }
       if ("fence" in result) {
         await this.fenceIntents(result.fence.token, result.fence.intents);
         continue;
       }
-      const now = this.opts.clock();
-      if (now >= deadline) {
+      const left = deadline - performance.now();
+      if (left <= 0) {
         const held = result.heldBy;
         await this.recordFor("LeaseAcquired", req.resource, caller, {
           decision: "rejected",
@@ -94,7 +139,8 @@ export class LeaseService {
         });
         throw new DomainError("LeaseHeld", "an active lease on an overlapping resource is held", {
           heldBy: {
-            leaseId: held.leaseId,
+            // Another principal's lease id would let it be looked up, renewed or released.
+            ...(this.actsFor(held, caller) ? { leaseId: held.leaseId } : {}),
             bucket: held.bucket,
             ...(held.key !== undefined ? { key: held.key } : { prefix: held.prefix }),
             owner: held.owner,
@@ -103,8 +149,8 @@ export class LeaseService {
           },
         });
       }
-      const untilExpiry = Math.max(1, result.heldBy.expiresAt - now);
-      await this.waitForChange(Math.min(deadline - now, untilExpiry, this.opts.pollMs ?? 100));
+      const untilExpiry = Math.max(1, result.heldBy.expiresAt - this.opts.clock());
+      await this.waitForChange(Math.min(left, untilExpiry, this.opts.pollMs ?? 100));
     }
   }
 
@@ -117,6 +163,7 @@ export class LeaseService {
   async renew(leaseId: string, ttlMs: number | undefined, caller: Caller): Promise<LeaseInfo> {
     const existing = await this.opts.store.get(leaseId);
     if (!existing) throw notFound(leaseId);
+    await this.checkActsFor(existing, "LeaseRenewed", caller);
     const ttl = ttlMs ?? existing.ttlMs;
     this.checkTtl(ttl);
     try {
@@ -132,10 +179,27 @@ export class LeaseService {
     }
   }
 
+  /**
+   * Ends the lease. A lease released after it had expired ended by expiry: its LeaseExpired event
+   * is recorded (once, by whoever sees it first), never a LeaseReleased.
+   */
   async release(leaseId: string, caller: Caller): Promise<void> {
+    const existing = await this.opts.store.get(leaseId);
+    if (!existing || existing.releasedAt !== undefined) throw notFound(leaseId);
+    await this.checkActsFor(existing, "LeaseReleased", caller);
+    if (existing.endedAt !== undefined) return; // expired, and its expiry already recorded
     const event = this.event("LeaseReleased", caller);
-    const lease = await this.opts.store.release(leaseId, event.hook);
-    await event.recordIfNotYet(lease);
+    let lease: LeaseRecord;
+    try {
+      lease = await this.opts.store.release(leaseId, event.hook);
+    } catch (e) {
+      // Seen to expire between the read and the release (by the sweep, or a grant): done.
+      const now =
+        e instanceof DomainError && e.code === "LeaseNotFound" ? await this.opts.store.get(leaseId) : null;
+      if (now && now.releasedAt === undefined && now.endedAt !== undefined) return;
+      throw e;
+    }
+    await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
     this.changes.emit("change");
   }
 
@@ -166,6 +230,12 @@ export class LeaseService {
     await this.opts.store.clearIntents(intents.map((i) => i.intentId));
   }
 
+  private async checkActsFor(lease: LeaseRecord, op: string, caller: Caller): Promise<void> {
+    if (this.actsFor(lease, caller)) return;
+    await this.record(op, lease, caller, { decision: "rejected", reason: "AccessDenied" });
+    throw accessDenied(`lease ${lease.leaseId} belongs to another access key`);
+  }
+
   private checkTtl(ttlMs: number): void {
     const { minTtlMs, maxTtlMs } = this.opts.limits;
     if (!Number.isInteger(ttlMs) || ttlMs < minTtlMs || ttlMs > maxTtlMs) {
@@ -192,16 +262,21 @@ export class LeaseService {
   private event(op: string, caller: Caller) {
     const recorded = new Set<string>();
     const appendInStep = this.joinsAudit ? this.opts.audit.appendInStep : undefined;
+    // An expiry seen by someone's call is nobody's doing: no principal, no request.
+    const callerOf = (side?: LeaseSideEvent): Caller =>
+      side ? { principal: null, requestId: null } : caller;
     const hook: LeaseEventHook | undefined = appendInStep
-      ? (lease) => {
-          appendInStep(this.draft(op, lease, caller));
-          recorded.add(lease.leaseId);
+      ? (lease, side) => {
+          appendInStep(this.draft(side ?? op, lease, callerOf(side)));
+          recorded.add(`${side ?? op} ${lease.leaseId}`);
         }
       : undefined;
     return {
       hook,
-      recordIfNotYet: async (lease: LeaseRecord) => {
-        if (!recorded.has(lease.leaseId)) await this.record(op, lease, caller);
+      recordIfNotYet: async (lease: LeaseRecord, side?: LeaseSideEvent) => {
+        if (!recorded.has(`${side ?? op} ${lease.leaseId}`)) {
+          await this.record(side ?? op, lease, callerOf(side));
+        }
       },
     };
   }
@@ -255,6 +330,20 @@ export class LeaseService {
       ...outcome,
     });
   }
+}
+
+function scopeOf(resource: { key?: string | undefined; prefix?: string | undefined }) {
+  return resource.key !== undefined ? { key: resource.key } : { prefix: resource.prefix ?? "" };
+}
+
+function describe(resource: LeaseResource): string {
+  return resource.key !== undefined
+    ? `key ${JSON.stringify(resource.key)} in bucket ${resource.bucket}`
+    : `prefix ${JSON.stringify(resource.prefix)} in bucket ${resource.bucket}`;
+}
+
+function accessDenied(message: string): DomainError {
+  return new DomainError("AccessDenied", `Access Denied: this access key ${message}`);
 }
 
 function notFound(leaseId: string): DomainError {

@@ -32,19 +32,37 @@ export type LeaseRecord = {
   acquiredAt: number; // ms since epoch
   expiresAt: number; // ms since epoch
   releasedAt?: number; // set once released by its holder
+  /**
+   * Set once the store has seen the lease end (released, expiry reported, or superseded by a
+   * grant after it expired). From then on the lease is ended whatever the clock says later: a
+   * clock stepped back cannot make it active again.
+   */
+  endedAt?: number;
+  /** The access key that acquired the lease (absent on leases granted before it was kept). */
+  principal?: string;
 };
 
 export type AcquireInput = {
   resource: LeaseResource;
   ttlMs: number;
   owner: string;
+  /** The access key asking; kept on the lease (who may see its token, renew and release it). */
+  principal?: string;
 };
 
 /** An object a commit was about to change, recorded with the lease it committed under. */
 export type CommitIntentRef = { intentId: string; bucket: string; key: string };
 
 export type AcquireResult =
-  | { granted: true; lease: LeaseRecord }
+  | {
+      granted: true;
+      lease: LeaseRecord;
+      /**
+       * Overlapping leases that had expired unnoticed and that this grant saw end, in token order:
+       * their LeaseExpired events come before the grant's own.
+       */
+      expired?: LeaseRecord[];
+    }
   | { granted: false; heldBy: LeaseRecord }
   /**
    * No active lease is in the way, but commits of ended leases on the resource may still land:
@@ -58,7 +76,13 @@ export type AcquireResult =
  * for stores that have a domain: the audit record of the event commits with it. Throwing aborts
  * the step. Stores without a domain never call it; the caller records afterwards.
  */
-export type LeaseEventHook = (lease: LeaseRecord) => void;
+export type LeaseEventHook = (lease: LeaseRecord, event?: LeaseSideEvent) => void;
+
+/**
+ * An event a step reports besides its own: a grant or a release that finds a lease expired and
+ * unreported reports its expiry (called before the step's own event).
+ */
+export type LeaseSideEvent = "LeaseExpired";
 
 /** What a commit is about to do, checked against the lease store. */
 export type IntentInput =
@@ -91,7 +115,12 @@ export interface LeaseStore {
   /** Present exactly when `domain` is. */
   readonly inDomain?: LeaseReads;
 
-  /** One attempt, no waiting: grants when no active overlapping lease and no outstanding intent is in the way. */
+  /**
+   * One attempt, no waiting: grants when no active overlapping lease and no outstanding intent is
+   * in the way. Overlapping leases that expired without being reported are reported in the same
+   * step (marked ended, listed in `expired`, hooked before the grant), so that a clock stepped
+   * back can never make them active beside the new lease, and their expiry is recorded first.
+   */
   tryAcquire(input: AcquireInput, inCommit?: LeaseEventHook): Promise<AcquireResult>;
 
   /** The lease, active or not, as long as the store still remembers it. */
@@ -100,7 +129,12 @@ export interface LeaseStore {
   /** Extends an active lease. Throws DomainError LeaseNotFound, or LeaseLost when expired/released/superseded. */
   renew(leaseId: string, ttlMs: number, inCommit?: LeaseEventHook): Promise<LeaseRecord>;
 
-  /** Ends a lease. Throws DomainError LeaseNotFound when unknown or already ended. */
+  /**
+   * Ends a lease. An active lease is released (`releasedAt` set, the hook called for the release).
+   * An expired lease whose expiry was not reported yet is not released: its expiry is reported
+   * instead (`endedAt` set, `releasedAt` absent, the hook called with "LeaseExpired"). Throws
+   * DomainError LeaseNotFound when unknown or already seen to end.
+   */
   release(leaseId: string, inCommit?: LeaseEventHook): Promise<LeaseRecord>;
 
   /** Active leases in a bucket (all buckets when omitted) whose resource starts with `prefix`. */

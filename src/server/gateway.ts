@@ -73,6 +73,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     clock,
     limits: config.leases,
     fenceObject: (bucket, key, token) => backend.raiseHighestToken(bucket, key, token),
+    access: secrets.access,
   });
   const authenticator = createRequestAuthenticator({
     lookup: (accessKeyId) => secrets.credentials.get(accessKeyId),

@@ -9,6 +9,7 @@ import { overlaps } from "../../src/leases/lease-rules.js";
 import type { LeaseRecord, LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
 import { describeCommitIntentContract } from "./commit-intents.contract.js";
 import { describeLeaseDomainContract } from "./lease-domain.contract.js";
+import { describeLeaseEndingContract } from "./lease-ending.contract.js";
 import { describeLeaseModelContract } from "./lease-model.contract.js";
 import {
   expectDomainError,
@@ -219,7 +220,8 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         clock.advance(1_000);
         const second = await grant({ bucket: "b", key: "p/x" });
         expect(second.token).toBeGreaterThan(first.token);
-        expect(await store.get(first.leaseId)).toEqual(first); // still remembered, unchanged
+        // Still remembered, and seen to end by the grant (it stays ended whatever the clock does).
+        expect(await store.get(first.leaseId)).toEqual({ ...first, endedAt: first.expiresAt });
       });
     });
 
@@ -269,7 +271,7 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         const lease = await grant({ bucket: "b", prefix: "p/" });
         clock.advance(10);
         const released = await store.release(lease.leaseId);
-        expect(released).toEqual({ ...lease, releasedAt: clock() });
+        expect(released).toEqual({ ...lease, releasedAt: clock(), endedAt: clock() });
         expect(await store.get(lease.leaseId)).toEqual(released);
         expect(await store.findActiveCovering("b", "p/x")).toBeNull();
         await grant({ bucket: "b", key: "p/x" });
@@ -286,12 +288,15 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         expect(await store.get("no-such-lease")).toBeNull();
       });
 
-      it("releases an expired lease without error", async () => {
+      it("reports the expiry of a lease released after it expired, instead of a release", async () => {
         const lease = await grant({ bucket: "b", key: "k" }, 1_000);
         clock.advance(5_000);
-        const released = await store.release(lease.leaseId);
-        expect(released.releasedAt).toBe(clock());
-        expect(released.token).toBe(lease.token);
+        const ended = await store.release(lease.leaseId);
+        expect(ended).toEqual({ ...lease, endedAt: lease.expiresAt });
+        expect(ended.releasedAt).toBeUndefined();
+        // Reported once: neither the sweep nor a second release reports it again.
+        expect(await store.collectExpired()).toEqual([]);
+        await expectDomainError(store.release(lease.leaseId), "LeaseNotFound");
       });
     });
 
@@ -365,15 +370,16 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
         expect(await store.collectExpired()).toEqual([]);
         clock.advance(1_000);
         await store.release(releasedLate.leaseId); // expired but released before anyone collected it
-        expect(await store.collectExpired()).toEqual([a]);
+        const ended = (l: LeaseRecord) => ({ ...l, endedAt: l.expiresAt });
+        expect(await store.collectExpired()).toEqual([ended(a)]);
         expect(await store.collectExpired()).toEqual([]);
         clock.advance(1_000);
-        expect(await store.collectExpired()).toEqual([b]);
+        expect(await store.collectExpired()).toEqual([ended(b)]);
         clock.advance(10_000);
         expect(await store.collectExpired()).toEqual([]);
         expect(await store.get(live.leaseId)).toEqual(live);
         // A reported lease is still remembered, and cannot be renewed.
-        expect(await store.get(a.leaseId)).toEqual(a);
+        expect(await store.get(a.leaseId)).toEqual(ended(a));
         await expectDomainError(store.renew(a.leaseId, 1_000), "LeaseLost");
       });
 
@@ -426,5 +432,6 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
     describeLeaseModelContract(context);
     describeCommitIntentContract(context);
     describeLeaseDomainContract(context);
+    describeLeaseEndingContract(context);
   });
 }

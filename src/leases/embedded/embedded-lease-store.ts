@@ -3,7 +3,7 @@ import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { prefixUpperBound } from "../../core/prefix-range.js";
 import { type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
-import { judgeIntent, newLeaseId, resourceOf } from "../lease-rules.js";
+import { assertWellFormedAcquire, judgeIntent, newLeaseId, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
@@ -57,8 +57,8 @@ export function createEmbeddedLeaseStore({
     "UPDATE lease_counter SET value = value + 1 WHERE id = 1 RETURNING value",
   );
   const insertLease = db.prepare(
-    `INSERT INTO lease_leases (lease_id, bucket, key, prefix, owner, token, ttl_ms, acquired_at, expires_at)
-     VALUES (@leaseId, @bucket, @key, @prefix, @owner, @token, @ttlMs, @acquiredAt, @expiresAt)`,
+    `INSERT INTO lease_leases (lease_id, bucket, key, prefix, owner, token, ttl_ms, acquired_at, expires_at, principal)
+     VALUES (@leaseId, @bucket, @key, @prefix, @owner, @token, @ttlMs, @acquiredAt, @expiresAt, @principal)`,
   );
   const byId = db.prepare<[string], LeaseRow>(`SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE lease_id = ?`);
   const extend = db.prepare(
@@ -73,6 +73,10 @@ export function createEmbeddedLeaseStore({
   );
   const activeInBucket = db.prepare<{ now: number; bucket: string }, LeaseRow>(
     `SELECT ${LEASE_COLUMNS} FROM lease_leases WHERE ${ACTIVE_SQL} AND bucket = @bucket`,
+  );
+  const reportOne = db.prepare<[string], LeaseRow>(
+    `UPDATE lease_leases SET expiry_reported = 1, ended_at = expires_at WHERE lease_id = ?
+     RETURNING ${LEASE_COLUMNS}`,
   );
   const reportExpired = db.prepare<{ now: number }, LeaseRow>(
     `UPDATE lease_leases SET expiry_reported = 1, ended_at = expires_at
@@ -116,12 +120,28 @@ export function createEmbeddedLeaseStore({
     return firstOverlapping(resource, { kind: "active", now });
   }
 
+  /**
+   * Reports the overlapping leases that expired unnoticed: marked ended for good, so that a
+   * clock stepped back cannot make them active beside the lease about to be granted.
+   */
+  const reportLapsed = (resource: LeaseResource, now: number, inCommit?: LeaseEventHook): LeaseRecord[] => {
+    const reported: LeaseRecord[] = [];
+    for (let row = firstOverlapping(resource, { kind: "lapsed", now }); row; ) {
+      reported.push(toLeaseRecord(reportOne.get(row.lease_id)!));
+      row = firstOverlapping(resource, { kind: "lapsed", now });
+    }
+    reported.sort((a, b) => a.token - b.token);
+    if (inCommit) for (const lease of reported) inCommit(lease, "LeaseExpired");
+    return reported;
+  };
+
   const acquire = (input: AcquireInput, now: number, inCommit?: LeaseEventHook): AcquireResult => {
     const held = findActiveOverlapping(input.resource, now);
     if (held) return { granted: false, heldBy: toLeaseRecord(held) };
     const intents = intentsUnder(input.resource);
     // Commits in flight under ended leases are fenced before anyone is granted the resource.
     if (intents.length > 0) return { granted: false, fence: { token: nextToken.get()!.value, intents } };
+    const expired = reportLapsed(input.resource, now, inCommit);
     const { value: token } = nextToken.get()!;
     const lease: LeaseRecord = {
       leaseId: newLeaseId(),
@@ -131,10 +151,16 @@ export function createEmbeddedLeaseStore({
       ttlMs: input.ttlMs,
       acquiredAt: now,
       expiresAt: now + input.ttlMs,
+      ...(input.principal !== undefined ? { principal: input.principal } : {}),
     };
-    insertLease.run({ ...lease, key: lease.key ?? null, prefix: lease.prefix ?? null });
+    insertLease.run({
+      ...lease,
+      key: lease.key ?? null,
+      prefix: lease.prefix ?? null,
+      principal: lease.principal ?? null,
+    });
     inCommit?.(lease);
-    return { granted: true, lease };
+    return { granted: true, lease, expired };
   };
 
   const renewTx = (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
@@ -162,7 +188,13 @@ export function createEmbeddedLeaseStore({
 
   const releaseTx = (leaseId: string, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
     const row = byId.get(leaseId);
-    if (!row || row.released_at !== null) throw notFound(leaseId);
+    if (!row || row.ended_at !== null) throw notFound(leaseId);
+    if (!isActiveRow(row, now)) {
+      // Released after it had expired: the lease ended by expiry, and that is what is reported.
+      const lease = toLeaseRecord(reportOne.get(leaseId)!);
+      inCommit?.(lease, "LeaseExpired");
+      return lease;
+    }
     markReleased.run({ id: leaseId, now });
     const lease = toLeaseRecord(byId.get(leaseId)!);
     inCommit?.(lease);
@@ -333,7 +365,8 @@ function notFound(leaseId: string): DomainError {
 
 // The lease API validates its input against configured bounds; these checks only keep a
 // malformed call from storing a lease that could never be reasoned about.
-function validateAcquire({ resource, ttlMs, owner }: AcquireInput): void {
+function validateAcquire(input: AcquireInput): void {
+  const { resource, ttlMs, owner } = input;
   validateTtl(ttlMs);
   const hasKey = typeof resource?.key === "string";
   const hasPrefix = typeof resource?.prefix === "string";
@@ -341,6 +374,10 @@ function validateAcquire({ resource, ttlMs, owner }: AcquireInput): void {
     throw new DomainError("InvalidArgument", "a lease needs a bucket and exactly one of key or prefix");
   }
   if (typeof owner !== "string") throw new DomainError("InvalidArgument", "lease owner must be a string");
+  if (input.principal !== undefined && typeof input.principal !== "string") {
+    throw new DomainError("InvalidArgument", "lease principal must be a string");
+  }
+  assertWellFormedAcquire(input);
 }
 
 function validateTtl(ttlMs: number): void {

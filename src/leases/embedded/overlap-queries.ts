@@ -1,16 +1,19 @@
 import { prefixUpperBound } from "../../core/prefix-range.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
 import type { LeaseResource } from "../lease-store.js";
-import { ACTIVE_SQL, LEASE_COLUMNS, type LeaseRow } from "./rows.js";
+import { ACTIVE_SQL, LAPSED_SQL, LEASE_COLUMNS, type LeaseRow } from "./rows.js";
 
 /** Which overlapping leases a lookup wants: the active ones, or those granted after / before a token. */
 export type OverlapFilter =
   | { kind: "active"; now: number }
+  /** Expired, but not yet seen to end (neither released nor reported). */
+  | { kind: "lapsed"; now: number }
   | { kind: "newer"; token: number }
   | { kind: "older"; token: number };
 
 const WHERE: Record<OverlapFilter["kind"], string> = {
   active: ACTIVE_SQL,
+  lapsed: LAPSED_SQL,
   newer: "token > @token",
   older: "token < @token",
 };
@@ -47,7 +50,7 @@ export function createOverlapQueries(db: EmbeddedDb) {
    */
   return function firstOverlapping(resource: LeaseResource, filter: OverlapFilter): LeaseRow | undefined {
     const where = WHERE[filter.kind];
-    const active = filter.kind === "active";
+    const active = filter.kind === "active" || filter.kind === "lapsed";
     // Active lookups read the open leases' indexes: a key leased again and again keeps a day of
     // ended leases, which the token-ordered indexes would make a lookup wade through.
     // Newer or older ones, those of the resource's own keys and prefixes, however many leases
@@ -55,7 +58,7 @@ export function createOverlapQueries(db: EmbeddedDb) {
     const keyIndex = `INDEXED BY ${active ? "lease_leases_open_key" : "lease_leases_key"}`;
     const prefixIndex = `INDEXED BY ${active ? "lease_leases_open_prefix_path" : "lease_leases_prefix_path"}`;
     const base =
-      filter.kind === "active"
+      filter.kind === "active" || filter.kind === "lapsed"
         ? { bucket: resource.bucket, now: filter.now }
         : { bucket: resource.bucket, token: filter.token };
     const found: Array<LeaseRow | undefined> = [];

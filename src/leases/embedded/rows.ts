@@ -15,10 +15,11 @@ export type LeaseRow = {
   released_at: number | null;
   expiry_reported: number;
   ended_at: number | null;
+  principal: string | null;
 };
 
 export const LEASE_COLUMNS =
-  "lease_id, bucket, key, prefix, owner, token, ttl_ms, acquired_at, expires_at, released_at, expiry_reported, ended_at";
+  "lease_id, bucket, key, prefix, owner, token, ttl_ms, acquired_at, expires_at, released_at, expiry_reported, ended_at, principal";
 
 export function toLeaseRecord(row: LeaseRow): LeaseRecord {
   const lease: LeaseRecord = {
@@ -33,6 +34,8 @@ export function toLeaseRecord(row: LeaseRow): LeaseRecord {
   if (row.key !== null) lease.key = row.key;
   else lease.prefix = row.prefix ?? "";
   if (row.released_at !== null) lease.releasedAt = row.released_at;
+  if (row.ended_at !== null) lease.endedAt = row.ended_at;
+  if (row.principal !== null) lease.principal = row.principal;
   return lease;
 }
 
@@ -45,6 +48,9 @@ export const isActiveRow = (row: LeaseRow, now: number): boolean =>
 
 /** SQL form of isActiveRow, for `WHERE`; binds `@now`. */
 export const ACTIVE_SQL = "released_at IS NULL AND expiry_reported = 0 AND expires_at > @now";
+
+/** Expired but not yet seen to end (neither released nor reported); binds `@now`. */
+export const LAPSED_SQL = "released_at IS NULL AND expiry_reported = 0 AND expires_at <= @now";
 
 export function rowResource(row: LeaseRow): ResourceRef {
   return row.key !== null

@@ -68,6 +68,10 @@ CREATE INDEX IF NOT EXISTS lease_intents_object ON lease_intents (bucket, key);
 export function migrateLeaseTables(db: EmbeddedDb): void {
   db.transaction(() => {
     db.exec(DDL);
+    // Added after the first release: the access key that acquired the lease.
+    const columns = db.prepare<[], { name: string }>("PRAGMA table_info(lease_leases)").all();
+    if (!columns.some((c) => c.name === "principal"))
+      db.exec("ALTER TABLE lease_leases ADD COLUMN principal TEXT");
     // Defence in depth: the counter can never sit below a token already granted.
     db.prepare(
       "UPDATE lease_counter SET value = MAX(value, (SELECT COALESCE(MAX(token), 0) FROM lease_leases)) WHERE id = 1",

@@ -92,6 +92,11 @@ export class LeaseTable {
     return lowestToken(this.open.overlapping(resource).filter((e) => isActiveEntry(e, now)));
   }
 
+  /** Open leases overlapping `resource` that have expired at `now` (not yet seen to end). */
+  lapsedOverlapping(resource: LeaseResource, now: number): LeaseEntry[] {
+    return this.open.overlapping(resource).filter((e) => isOpen(e) && e.record.expiresAt <= now);
+  }
+
   /** The first lease granted after `lease` on an overlapping resource, whatever its state. */
   newerOverlapping(lease: LeaseRecord): LeaseEntry | undefined {
     return lowestToken(

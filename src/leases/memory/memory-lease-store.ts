@@ -37,8 +37,12 @@ export type MemoryLeaseStore = LeaseStore & {
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
-/** Hands out copies, so that a caller changing a record cannot change the store. */
-const copy = (entry: LeaseEntry | undefined): LeaseRecord | null => (entry ? { ...entry.record } : null);
+/**
+ * Hands out copies, so that a caller changing a record cannot change the store; `endedAt` once
+ * the lease was seen to end.
+ */
+const copy = (entry: LeaseEntry | undefined): LeaseRecord | null =>
+  entry ? { ...entry.record, ...(entry.endedAt !== null ? { endedAt: entry.endedAt } : {}) } : null;
 
 /**
  * A lease store in this process's memory, for tests and single-process setups: the embedded
@@ -64,12 +68,24 @@ export function createMemoryLeaseStore({
   });
   const inDomain = readsAt(clock);
 
+  const reportExpiry = (entry: LeaseEntry): LeaseRecord => {
+    table.update(entry, { expiryReported: true, endedAt: entry.record.expiresAt });
+    return copy(entry)!;
+  };
+
   const acquire = (input: AcquireInput, now: number, inCommit?: LeaseEventHook): AcquireResult => {
     const held = table.activeOverlapping(input.resource, now);
     if (held) return { granted: false, heldBy: { ...held.record } };
     const pending = intents.under(input.resource);
     // Commits in flight under ended leases are fenced before anyone is granted the resource.
     if (pending.length > 0) return { granted: false, fence: { token: table.takeToken(), intents: pending } };
+    // Overlapping leases that expired unnoticed end for good now, before the grant: a clock
+    // stepped back cannot make them active beside the new lease.
+    const expired = table
+      .lapsedOverlapping(input.resource, now)
+      .sort((a, b) => a.record.token - b.record.token)
+      .map(reportExpiry);
+    if (inCommit) for (const lease of expired) inCommit(lease, "LeaseExpired");
     const lease: LeaseRecord = {
       leaseId: newLeaseId(),
       ...resourceOf(input.resource),
@@ -78,10 +94,11 @@ export function createMemoryLeaseStore({
       ttlMs: input.ttlMs,
       acquiredAt: now,
       expiresAt: now + input.ttlMs,
+      ...(input.principal !== undefined ? { principal: input.principal } : {}),
     };
     table.insert(lease);
     inCommit?.({ ...lease });
-    return { granted: true, lease: { ...lease } };
+    return { granted: true, lease: { ...lease }, expired };
   };
 
   const renewStep = (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook) => {
@@ -101,7 +118,13 @@ export function createMemoryLeaseStore({
 
   const releaseStep = (leaseId: string, now: number, inCommit?: LeaseEventHook) => {
     const entry = table.get(leaseId);
-    if (!entry || entry.record.releasedAt !== undefined) throw notFound(leaseId);
+    if (!entry || entry.endedAt !== null) throw notFound(leaseId);
+    if (!isActiveEntry(entry, now)) {
+      // Released after it had expired: the lease ended by expiry, and that is what is reported.
+      const lease = reportExpiry(entry);
+      inCommit?.(lease, "LeaseExpired");
+      return lease;
+    }
     table.update(entry, {
       record: { ...entry.record, releasedAt: now },
       endedAt: Math.min(now, entry.record.expiresAt),
@@ -114,11 +137,10 @@ export function createMemoryLeaseStore({
     const expired = [...table.openEntries()]
       .filter((entry) => entry.record.expiresAt <= now)
       .sort((a, b) => a.record.token - b.record.token);
-    for (const entry of expired)
-      table.update(entry, { expiryReported: true, endedAt: entry.record.expiresAt });
+    const reported = expired.map(reportExpiry);
     // Marked reported and audited in one step: an expiry is never reported without its record.
-    if (inCommit) for (const entry of expired) inCommit(copy(entry)!);
-    return expired.map((entry) => copy(entry)!);
+    if (inCommit) for (const lease of reported) inCommit(lease);
+    return reported;
   };
 
   const beginStep = (intent: IntentInput, now: number): CommitIntent => {

@@ -1,11 +1,13 @@
 import { DomainError } from "../../core/errors.js";
+import { assertWellFormedAcquire } from "../lease-rules.js";
 import type { AcquireInput } from "../lease-store.js";
 
 // The same checks as the embedded store's, so that both answer a malformed call alike. The lease
 // API validates its input against configured bounds; these only keep a malformed call from
 // storing a lease that could never be reasoned about.
 
-export function validateAcquire({ resource, ttlMs, owner }: AcquireInput): void {
+export function validateAcquire(input: AcquireInput): void {
+  const { resource, ttlMs, owner } = input;
   validateTtl(ttlMs);
   const hasKey = typeof resource?.key === "string";
   const hasPrefix = typeof resource?.prefix === "string";
@@ -13,6 +15,10 @@ export function validateAcquire({ resource, ttlMs, owner }: AcquireInput): void 
     throw new DomainError("InvalidArgument", "a lease needs a bucket and exactly one of key or prefix");
   }
   if (typeof owner !== "string") throw new DomainError("InvalidArgument", "lease owner must be a string");
+  if (input.principal !== undefined && typeof input.principal !== "string") {
+    throw new DomainError("InvalidArgument", "lease principal must be a string");
+  }
+  assertWellFormedAcquire(input);
 }
 
 export function validateTtl(ttlMs: number): void {

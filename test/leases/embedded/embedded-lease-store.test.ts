@@ -133,7 +133,11 @@ describe("embedded lease store", () => {
     clock.set(start + 16 * HOUR); // newer is past retention, older is not
     store.sweep();
     expect(await store.get(older.leaseId)).not.toBeNull();
-    expect(await store.findNewerOverlapping(older)).toEqual({ ...newer, releasedAt: start - 10 * HOUR });
+    expect(await store.findNewerOverlapping(older)).toEqual({
+      ...newer,
+      releasedAt: start - 10 * HOUR,
+      endedAt: start - 10 * HOUR,
+    });
 
     clock.set(start + 40 * HOUR);
     expect(store.sweep()).toBe(2);
