@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { EventEmitter } from "node:events";
 import { Redis } from "ioredis";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
@@ -22,6 +23,7 @@ import {
   SWEEP,
 } from "./lua/lease-scripts.js";
 import { LuaScript } from "./lua-script.js";
+import { checkRedisSettings, type RedisSettingsReport } from "./redis-settings.js";
 
 export type RedisLeaseStoreOptions = {
   /** redis://[user:password@]host:port[/db], or rediss:// for TLS. */
@@ -38,6 +40,12 @@ export type RedisLeaseStoreOptions = {
   sweepEveryMs?: number;
   /** A Redis command that has not answered by then fails (and the operation answers 503). Default 2 s. */
   commandTimeoutMs?: number;
+  /**
+   * What to do when Redis runs with settings that break mutual exclusion (an eviction policy,
+   * see redis-settings.ts), checked on every (re)connect: "refuse" (the default) answers 503
+   * until they are fixed; "warn" logs and serves.
+   */
+  unsafeSettings?: "refuse" | "warn";
   log?: Logger;
 };
 
@@ -48,8 +56,15 @@ export type RedisLeaseStore = LeaseStore & {
   refuse(reason: string | null): void;
   /** Forgets ended leases older than retainMs now; returns how many. Runs by itself too. */
   sweep(): Promise<number>;
-  /** Resolves once connected (true), or false after `timeoutMs` without a connection. */
+  /**
+   * Resolves once connected and its settings checked (true), or false after `timeoutMs` without
+   * a connection.
+   */
   ready(timeoutMs: number): Promise<boolean>;
+  /** What the last settings check found (null before the first connection). */
+  readonly settings: RedisSettingsReport | null;
+  /** Checks the settings again now (it also runs on every reconnect and every 30 s). */
+  checkSettings(): Promise<RedisSettingsReport>;
 };
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -105,11 +120,46 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     if (e.message !== lastError) opts.log?.warn({ err: e.message, redis: where }, "Redis lease store");
     lastError = e.message;
   });
+  let refusal: string | null = null;
+  // Settings are checked on every connection before any operation runs on it.
+  let settings: RedisSettingsReport | null = null;
+  let settingsRefusal: string | null = "not connected yet";
+  const settled = new EventEmitter();
+  redis.on("close", () => {
+    settingsRefusal = "not connected";
+  });
+  const check = () =>
+    checkRedisSettings(redis)
+      .then((report) => {
+        // Logged when it changes, not on every periodic check.
+        const changed = JSON.stringify(report) !== JSON.stringify(settings);
+        settings = report;
+        if (changed)
+          for (const w of report.warnings) opts.log?.warn({ redis: where }, `Redis lease store: ${w}`);
+        if (changed)
+          for (const u of report.unsafe) opts.log?.error({ redis: where }, `Redis lease store: unsafe: ${u}`);
+        settingsRefusal =
+          report.unsafe.length > 0 && (opts.unsafeSettings ?? "refuse") === "refuse"
+            ? `unsafe Redis settings: ${report.unsafe.join("; ")}`
+            : null;
+        return report;
+      })
+      .catch((e: Error) => {
+        settingsRefusal = `cannot check the Redis server's settings: ${e.message}`;
+        throw e;
+      })
+      .finally(() => settled.emit("settled"));
   redis.on("ready", () => {
     lastError = "";
+    settingsRefusal = "checking the Redis server's settings";
+    check().catch(() => undefined);
   });
+  // Settings fixed (or broken) while connected are noticed within this long.
+  const recheck = setInterval(() => {
+    if (redis.status === "ready") check().catch(() => undefined);
+  }, 30_000);
+  recheck.unref();
 
-  let refusal: string | null = null;
   let closed = false;
   let advancing: Promise<void> | null = null;
   let lastSweepAt = Number.NEGATIVE_INFINITY;
@@ -120,6 +170,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
   async function run(script: LuaScript, args: readonly (string | number)[]): Promise<unknown> {
     if (closed) throw unavailable("the store is closed");
     if (refusal) throw unavailable(refusal);
+    if (settingsRefusal) throw unavailable(settingsRefusal);
     const now = opts.clock ? String(opts.clock()) : "";
     try {
       return await script.run(redis, [P], [now, retainMs, ...args]);
@@ -188,8 +239,11 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
         input.owner,
         input.ttlMs,
         newLeaseId(),
+        input.principal ?? "",
       ]);
-      if (reply[0] === "granted") return { granted: true, lease: decodeLease(reply[1])! };
+      if (reply[0] === "granted") {
+        return { granted: true, lease: decodeLease(reply[1])!, expired: decodeLeases(reply[2]) };
+      }
       if (reply[0] === "held") return { granted: false, heldBy: decodeLease(reply[1])! };
       return { granted: false, fence: { token: Number(reply[1]), intents: decodeIntents(reply[2]) } };
     },
@@ -212,7 +266,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
 
     async release(leaseId) {
       const [status, value] = (await run(SCRIPTS.release, [leaseId])) as [string, unknown];
-      if (status !== "ok") throw notFound(leaseId);
+      if (status === "notfound") throw notFound(leaseId);
       return decodeLease(value)!;
     },
 
@@ -277,6 +331,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     async ping() {
       if (closed) throw unavailable("the store is closed");
       if (refusal) throw unavailable(refusal);
+      if (settingsRefusal) throw unavailable(settingsRefusal);
       try {
         await redis.ping();
       } catch (e) {
@@ -287,6 +342,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     async close() {
       if (closed) return;
       closed = true;
+      clearInterval(recheck);
       await redis.quit().catch(() => redis.disconnect());
     },
 
@@ -294,17 +350,25 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       refusal = reason;
     },
 
+    get settings() {
+      return settings;
+    },
+
+    checkSettings: check,
+
     ready(timeoutMs) {
-      if (redis.status === "ready") return Promise.resolve(true);
+      if (redis.status === "ready" && settings !== null && !settingsRefusal?.startsWith("checking")) {
+        return Promise.resolve(true);
+      }
       return new Promise((resolve) => {
         const done = (ok: boolean) => {
           clearTimeout(timer);
-          redis.off("ready", onReady);
+          settled.off("settled", onSettled);
           resolve(ok);
         };
-        const onReady = () => done(true);
+        const onSettled = () => done(true);
         const timer = setTimeout(() => done(false), timeoutMs);
-        redis.on("ready", onReady);
+        settled.on("settled", onSettled);
       });
     },
 

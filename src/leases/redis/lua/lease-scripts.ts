@@ -7,9 +7,13 @@ import { PRELUDE } from "./prelude.js";
  * a new epoch and runs it again.
  */
 
-/** ARGV[3..8]: kind ('k' | 'p'), bucket, key or prefix, owner, ttl ms, the new lease's id. */
+/**
+ * ARGV[3..9]: kind ('k' | 'p'), bucket, key or prefix, owner, ttl ms, the new lease's id, the
+ * principal ('' = none). Answers {'granted', lease, expired}, {'held', lease}, {'fence', token,
+ * intents} or {'epoch'}.
+ */
 export const ACQUIRE = `${PRELUDE}
-local kind, b, s, owner, ttl, id = ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local kind, b, s, owner, ttl, id, principal = ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
 local key, prefix = nil, nil
 if kind == 'k' then key = s else prefix = s end
 local now = clock(true)
@@ -28,11 +32,24 @@ end
 -- The token and the lease in one step: a grant is never seen without its token taken.
 local tok = take_token()
 if not tok then return {'epoch'} end
+-- Overlapping leases that expired unnoticed end for good now, before the grant, and are
+-- reported with it: a clock stepped back cannot make them active beside the new lease.
+local lapsed = {}
+for _, o in ipairs(overlapping(true, b, key, prefix)) do
+  if is_open(o) and o.exp <= now then
+    end_lease(o, o.exp, now)
+    lapsed[#lapsed + 1] = o
+  end
+end
+table.sort(lapsed, by_token)
+local expired = {}
+for i, o in ipairs(lapsed) do expired[i] = redis.call('HGETALL', LEASE .. o.id) end
 local l = {id = id, b = b, k = key, p = prefix, tok = tok}
 local fields = {'id', id, 'b', b, 'o', owner, 'tok', fmt(tok), 'ttl', fmt(ttl), 'acq', fmt(now),
   'exp', fmt(now + ttl)}
 if key ~= nil then fields[#fields + 1] = 'k'; fields[#fields + 1] = key
 else fields[#fields + 1] = 'p'; fields[#fields + 1] = prefix end
+if principal ~= '' then fields[#fields + 1] = 'pr'; fields[#fields + 1] = principal end
 redis.call('HSET', LEASE .. id, unpack(fields))
 -- Open leases for overlap checks, remembered ones for findNewerOverlapping, expiry order for
 -- collectExpired and list.
@@ -41,7 +58,7 @@ file('rk', 'rp', l)
 redis.call('ZADD', P .. ':exp', fmt(now + ttl), id)
 -- Redis's TTL is a backstop only: expiry is decided from 'exp' against the clock above.
 redis.call('PEXPIRE', LEASE .. id, fmt(ttl + RETAIN + MARGIN))
-return {'granted', redis.call('HGETALL', LEASE .. id)}
+return {'granted', redis.call('HGETALL', LEASE .. id), expired}
 `;
 
 /** ARGV[3..4]: lease id, ttl ms. Only the lease's id reaches it: no resource lookup. */
@@ -59,21 +76,24 @@ redis.call('PEXPIRE', LEASE .. id, fmt(ttl + RETAIN + MARGIN))
 return {'ok', redis.call('HGETALL', LEASE .. id)}
 `;
 
-/** ARGV[3]: lease id. */
+/**
+ * ARGV[3]: lease id. Answers {'released', lease}, {'expired', lease} (it had expired unnoticed:
+ * its expiry is what gets reported) or {'notfound'} (unknown, or already seen to end).
+ */
 export const RELEASE = `${PRELUDE}
 local id = ARGV[3]
 local l = lease(id)
-if not l or l.rel then return {'notfound'} end
+if not l or not is_open(l) then return {'notfound'} end
 local now = clock(true)
-redis.call('HSET', LEASE .. id, 'rel', fmt(now))
--- Out of the open indexes at once: the resource is free for the next grant.
-if is_open(l) then
-  unfile('ok', 'op', l)
-  redis.call('ZREM', P .. ':exp', id)
+if not is_active(l, now) then
+  end_lease(l, l.exp, now)
+  return {'expired', redis.call('HGETALL', LEASE .. id)}
 end
--- Still answerable (get, findNewerOverlapping) until retention forgets it.
-keep_until(l, math.min(now, l.exp), now)
-return {'ok', redis.call('HGETALL', LEASE .. id)}
+redis.call('HSET', LEASE .. id, 'rel', fmt(now))
+-- Out of the open indexes at once: the resource is free for the next grant. Still answerable
+-- (get, findNewerOverlapping) until retention forgets it.
+end_lease(l, now, now)
+return {'released', redis.call('HGETALL', LEASE .. id)}
 `;
 
 /** ARGV[3]: the most leases to report at once. */
@@ -85,15 +105,15 @@ for _, id in ipairs(ids) do
   local l = lease(id)
   -- Marked reported in the same step that reports it: one replica reports each expiry once.
   if l and is_open(l) and l.exp <= now then
-    redis.call('HSET', LEASE .. id, 'rep', '1')
-    unfile('ok', 'op', l)
-    keep_until(l, l.exp, now)
+    end_lease(l, l.exp, now)
     out[#out + 1] = l
   end
   redis.call('ZREM', P .. ':exp', id)
 end
 table.sort(out, by_token)
-return raws(out)
+local reported = {}
+for i, l in ipairs(out) do reported[i] = redis.call('HGETALL', LEASE .. l.id) end
+return reported
 `;
 
 /**

@@ -9,9 +9,10 @@
  *              (the server's run id when the epoch was installed: a restart or a failover
  *              changes it, and the floor is then unknown until a new epoch is installed);
  * - `P:clock`  the time high-water mark (ms): time never goes back for the leases;
- * - `P:lease:<id>` hash: id, b, k | p, o (owner), tok, ttl, acq, exp, rel?, rep? (expiry reported);
- * - `P:ok:<b>`, `P:op:<b>`  the keys / prefixes of the bucket's open leases (not released, expiry
- *              not reported), a lexicographic sorted set; `P:okl:<b>:<s>`, `P:opl:<b>:<s>` the
+ * - `P:lease:<id>` hash: id, b, k | p, o (owner), pr? (principal), tok, ttl, acq, exp, rel? (released
+ *              at), end? (seen to end: released, or its expiry reported; it stays ended whatever
+ *              the clock says later);
+ * - `P:ok:<b>`, `P:op:<b>`  the keys / prefixes of the bucket's open leases (not seen to end), a lexicographic sorted set; `P:okl:<b>:<s>`, `P:opl:<b>:<s>` the
  *              open leases filed under key / prefix s, by token;
  * - `P:rk:<b>`, `P:rp:<b>`, `P:rkl:<b>:<s>`, `P:rpl:<b>:<s>`  the same for every remembered lease
  *              (findNewerOverlapping), until retention forgets it;
@@ -85,8 +86,8 @@ local function lease(id)
   l.exp = tonumber(l.exp)
   return l
 end
-local function is_active(l, now) return l.rel == nil and l.rep == nil and l.exp > now end
-local function is_open(l) return l.rel == nil and l.rep == nil end
+local function is_open(l) return l['end'] == nil end
+local function is_active(l, now) return is_open(l) and l.exp > now end
 
 -- Index names: kind 'ok'/'op' (open key / prefix leases) or 'rk'/'rp' (remembered).
 local function names_key(kind, b) return P .. ':' .. kind .. ':' .. bk(b) end
@@ -213,5 +214,13 @@ end
 local function keep_until(l, ended_at, now)
   redis.call('ZADD', P .. ':forget', fmt(ended_at + RETAIN), l.id)
   redis.call('PEXPIRE', LEASE .. l.id, fmt(math.max(1, ended_at + RETAIN - now) + MARGIN))
+end
+-- Marks an open lease ended at ended_at: out of the open indexes and the expiry order, so that
+-- no later grant or check sees it active again, whatever the clock does.
+local function end_lease(l, ended_at, now)
+  redis.call('HSET', LEASE .. l.id, 'end', fmt(ended_at))
+  unfile('ok', 'op', l)
+  redis.call('ZREM', P .. ':exp', l.id)
+  keep_until(l, ended_at, now)
 end
 `;
