@@ -130,6 +130,34 @@ const leaseStore = z.discriminatedUnion("type", [
   z.object({ type: z.literal("redlock"), urls: z.array(z.string().min(1)).min(1) }),
 ]);
 
+/** The audit log: embedded, or one log in Redis shared by every replica, with its retention. */
+const audit = z
+  .object({
+    /** Default: "redis" when the lease store is on one Redis, "embedded" otherwise. */
+    type: z.enum(["embedded", "redis"]).optional(),
+    /** The Redis of the shared log. Default: the lease store's. */
+    url: z.string().min(1).optional(),
+    /** The deployment's key prefix in Redis, the same for every replica. Default {fencegate}. */
+    keyPrefix: z.string().min(1).max(128).optional(),
+    /** Records beyond these limits move from Redis to JSON Lines segments in archiveDir. */
+    retention: z
+      .object({
+        maxRecords: z.number().int().min(1_000).optional(),
+        maxAgeMs: z.number().int().min(60_000).optional(),
+        /** Shared by every replica (a network volume): queries read archived records there. */
+        archiveDir: z.string().min(1),
+        segmentRecords: z.number().int().min(100).max(1_000_000).default(10_000),
+        intervalMs: z.number().int().min(0).default(60_000),
+      })
+      .strict()
+      .refine((r) => r.maxRecords !== undefined || r.maxAgeMs !== undefined, {
+        message: "give maxRecords, maxAgeMs or both",
+      })
+      .optional(),
+  })
+  .strict()
+  .default({});
+
 export const configSchema = z
   .object({
     server: z
@@ -210,6 +238,7 @@ export const configSchema = z
       .strict()
       .default({ maxAgeMs: 86_400_000, sweepIntervalMs: 600_000 }),
     leaseStore: leaseStore.default({ type: "embedded" }),
+    audit,
     log: z
       .object({
         level: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),

@@ -1,5 +1,4 @@
 import type { AuditLog } from "../audit/audit-log.js";
-import { createEmbeddedAuditLog } from "../audit/embedded/embedded-audit-log.js";
 import { createAzureBackend } from "../backends/azure/index.js";
 import { createFsBackend } from "../backends/fs/index.js";
 import { type BucketRoute, RoutedBackend } from "../backends/routing/routed-backend.js";
@@ -12,6 +11,7 @@ import type { Logger } from "../core/log.js";
 import { type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
 import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
 import type { LeaseStore } from "../leases/lease-store.js";
+import { openAuditLog } from "./audit-components.js";
 
 /**
  * The backend, lease store and audit log of one gateway. Co-located ones share a TxDomain
@@ -55,7 +55,7 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
     }
     const backend = new RoutedBackend({ routes, fallback });
     const leaseStore = createEmbeddedLeaseStore({ db, clock: ctx.clock });
-    const audit = createEmbeddedAuditLog({ db, gatewayId: ctx.gatewayId, clock: ctx.clock });
+    const audit = await openAuditLog(config, { db, ctx });
     return {
       backend,
       leaseStore,

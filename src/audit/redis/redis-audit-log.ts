@@ -45,26 +45,45 @@ export const DEFAULT_QUERY_BUDGET = 5_000;
 /**
  * A Redis connection that fails closed: no offline queue and no resending after a reconnect,
  * so a command to an unreachable Redis fails at once (the caller answers 503) instead of
- * waiting or running twice; ioredis reconnects by itself and service resumes.
+ * waiting or running twice. It connects in the background and reconnects for ever, at most a
+ * second apart, so service resumes by itself.
  */
-export async function connectRedis(url: string, commandTimeoutMs = 5_000): Promise<Redis> {
+export function openRedis(url: string, commandTimeoutMs = 5_000): Redis {
   const redis = new Redis(url, {
-    lazyConnect: true,
     enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     autoResendUnfulfilledCommands: false,
     commandTimeout: commandTimeoutMs,
+    connectTimeout: commandTimeoutMs,
+    retryStrategy: (times) => Math.min(50 * times, 1_000),
   });
   // Connection errors are reported by the commands that fail; without a listener ioredis
   // would print every reconnect attempt.
   redis.on("error", () => undefined);
-  try {
-    await redis.connect();
-  } catch (e) {
-    redis.disconnect();
-    throw e;
-  }
   return redis;
+}
+
+/** Resolves true once `redis` is ready, false after `waitMs` without it. */
+export function redisReady(redis: Redis, waitMs: number): Promise<boolean> {
+  if (redis.status === "ready") return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      redis.off("ready", onReady);
+      resolve(ok);
+    };
+    const onReady = () => done(true);
+    const timer = setTimeout(() => done(false), waitMs);
+    redis.on("ready", onReady);
+  });
+}
+
+/** openRedis, connected: rejects when Redis does not answer within the command timeout. */
+export async function connectRedis(url: string, commandTimeoutMs = 5_000): Promise<Redis> {
+  const redis = openRedis(url, commandTimeoutMs);
+  if (await redisReady(redis, commandTimeoutMs)) return redis;
+  redis.disconnect();
+  throw new Error(`cannot connect to Redis at ${url.replace(/\/\/[^@/]*@/, "//")}`);
 }
 
 /**
@@ -88,8 +107,9 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
       { cause: e },
     );
   };
-  // Loaded once here; LuaScript loads again by itself after a Redis restart (NOSCRIPT).
-  await Promise.all([APPEND, QUERY, TRIM, UNLOCK].map((s) => s.load(redis))).catch(unavailable);
+  // Loaded once here when Redis is up (LuaScript loads them on first use otherwise, and again
+  // after a Redis restart answers NOSCRIPT).
+  await Promise.all([APPEND, QUERY, TRIM, UNLOCK].map((s) => s.load(redis))).catch(() => undefined);
 
   const archiver: Archiver | undefined = o.retention
     ? createArchiver({ redis, prefix, retention: o.retention, clock })

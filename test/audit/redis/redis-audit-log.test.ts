@@ -5,6 +5,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { AuditLog, AuditQuery, AuditRecord } from "../../../src/audit/audit-log.js";
 import { encodeCursor } from "../../../src/audit/embedded/cursor.js";
 import { createDirArchiveStore } from "../../../src/audit/redis/archive-store.js";
+import { AUDIT_APPEND_LUA } from "../../../src/audit/redis/audit-lua.js";
+import { LuaScript } from "../../../src/audit/redis/lua-script.js";
 import {
   connectRedis,
   createRedisAuditLog,
@@ -252,6 +254,49 @@ describe("redis audit log", () => {
     });
     await expect(log.append(draft({ time: "noon" }))).rejects.toMatchObject({ code: "InvalidArgument" });
     await expect(log.query({ limit: 1, cursor: "zzz" })).rejects.toMatchObject({ code: "InvalidArgument" });
+  });
+
+  it("takes a lease event from inside another script, in the same commit order as every append", async () => {
+    const prefix = freshPrefix();
+    const log = await replica(prefix, "gw-1");
+    const before = await log.append(draft({ requestId: "before" }));
+    // What a lease script does: change the lease and record the event in one script.
+    const leaseScript = new LuaScript(
+      "test_grant",
+      `local P = KEYS[1]
+${AUDIT_APPEND_LUA}
+redis.call('HSET', P .. ':lease:' .. ARGV[1], 'tok', ARGV[2])
+return audit_append({t = ARGV[3], op = 'LeaseAcquired', b = 'b', p = 'logs/', tok = ARGV[2], lid = ARGV[1],
+  own = 'worker-7', d = 'accepted', gw = 'gw-lease'})`,
+    );
+    const redis = await connectRedis(server.url);
+    opened.push({ close: async () => void redis.disconnect() });
+    const at = Date.UTC(2026, 5, 1);
+    const seq = Number(await leaseScript.run(redis, [prefix], ["L9", "42", at]));
+    expect(seq).toBe(before.seq + 1);
+    expect(await redis.hget(`${prefix}:lease:L9`, "tok")).toBe("42");
+    const after = await log.append(draft({ requestId: "after" }));
+    expect(after.seq).toBe(seq + 1);
+    const event = {
+      seq,
+      time: new Date(at).toISOString(),
+      op: "LeaseAcquired",
+      bucket: "b",
+      key: null,
+      prefix: "logs/",
+      token: 42,
+      leaseId: "L9",
+      owner: "worker-7",
+      principal: null,
+      decision: "accepted",
+      reason: null,
+      highestToken: null,
+      requestId: null,
+      gateway: "gw-lease",
+    };
+    expect((await log.query({ limit: 10 })).records).toEqual([before, event, after]);
+    expect((await log.query({ leaseId: "L9", limit: 10 })).records).toEqual([event]);
+    expect((await log.query({ prefix: "logs", op: "LeaseAcquired", limit: 10 })).records).toEqual([event]);
   });
 
   it("keeps tokens up to 2^53 exact", async () => {
