@@ -102,6 +102,12 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     return c.json(viewFor(c)(await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c))));
   });
 
+  // Administrators only: ends the lease and fences what it covered (LeaseService.breakLease).
+  app.post("/leases/:leaseId/break", async (c) => {
+    const { lease, floorToken } = await opts.leases.breakLease(c.req.param("leaseId"), caller(c));
+    return c.json({ ...viewFor(c)(lease), floorToken });
+  });
+
   app.delete("/leases/:leaseId", async (c) => {
     await opts.leases.release(c.req.param("leaseId"), caller(c));
     return c.body(null, 204);

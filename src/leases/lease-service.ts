@@ -203,6 +203,38 @@ export class LeaseService {
     this.changes.emit("change");
   }
 
+  /**
+   * Breaks a lease (administrators only): ends it whoever holds it, and raises the fencing floor
+   * of what it covered before answering, so that the old holder's next write is refused even
+   * though nobody else has written. For a key lease, the object's HCT is raised to a fresh token
+   * nobody holds; for a prefix lease, the floor is the ended lease itself, which every write
+   * under it is checked against atomically with its commit (judgeLease), kept while any lease
+   * overlapping it is remembered. Either way, commits of the lease already in flight (its commit
+   * intents) are fenced the same way before the answer.
+   */
+  async breakLease(leaseId: string, caller: Caller): Promise<{ lease: LeaseInfo; floorToken: number }> {
+    const existing = await this.opts.store.get(leaseId);
+    if (!existing || existing.releasedAt !== undefined) throw notFound(leaseId);
+    const { principal } = caller;
+    if (principal !== null && !this.access.isAdmin(principal)) {
+      await this.record("LeaseBroken", existing, caller, { decision: "rejected", reason: "AccessDenied" });
+      throw accessDenied("is not an administrator: only administrators break leases");
+    }
+    const store = this.opts.store;
+    if (!store.breakLease) {
+      throw new DomainError("NotImplemented", `the ${store.kind} lease store cannot break leases`);
+    }
+    const event = this.event("LeaseBroken", caller);
+    const { lease, fence } = await store.breakLease(leaseId, event.hook);
+    await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
+    // A lease that had expired unnoticed ended by expiry; the administrator's act is recorded too.
+    if (lease.releasedAt === undefined) await this.record("LeaseBroken", lease, caller);
+    if (lease.key !== undefined) await this.opts.fenceObject(lease.bucket, lease.key, fence.token);
+    await this.fenceIntents(fence.token, fence.intents);
+    this.changes.emit("change");
+    return { lease: this.info(lease), floorToken: fence.token };
+  }
+
   async list(filter: { bucket?: string; prefix?: string }): Promise<LeaseInfo[]> {
     const leases = await this.opts.store.list(filter);
     return leases.map((l) => this.info(l));

@@ -84,6 +84,11 @@ export type LeaseEventHook = (lease: LeaseRecord, event?: LeaseSideEvent) => voi
  */
 export type LeaseSideEvent = "LeaseExpired";
 
+export type BreakResult = {
+  lease: LeaseRecord;
+  fence: { token: number; intents: CommitIntentRef[] };
+};
+
 /** What a commit is about to do, checked against the lease store. */
 export type IntentInput =
   /** A fenced write: its lease must be current (not ended, not expired, not superseded). */
@@ -136,6 +141,16 @@ export interface LeaseStore {
    * DomainError LeaseNotFound when unknown or already seen to end.
    */
   release(leaseId: string, inCommit?: LeaseEventHook): Promise<LeaseRecord>;
+
+  /**
+   * Ends a lease on an administrator's word, whoever holds it, and hands back what the caller must
+   * fence at once, in the same atomic step: a fresh token (never granted to anyone, above every
+   * token the lease's holder could carry) and the commit intents recorded under the lease's
+   * resource. An active lease is released (hook called); one that had expired unnoticed has its
+   * expiry reported (hook called with "LeaseExpired"). Throws LeaseNotFound when unknown or
+   * already seen to end. (Optional while a store is being built; the contract suite requires it.)
+   */
+  breakLease?(leaseId: string, inCommit?: LeaseEventHook): Promise<BreakResult>;
 
   /** Active leases in a bucket (all buckets when omitted) whose resource starts with `prefix`. */
   list(filter: { bucket?: string; prefix?: string }): Promise<LeaseRecord[]>;

@@ -127,6 +127,54 @@ export function describeLeaseEndingContract(t: LeaseStoreContext): void {
     });
   });
 
+  describe("breakLease", () => {
+    it("ends an active lease and hands back a fresh token and the intents under it, in one step", async () => {
+      const held = await t.grant({ bucket: "b", prefix: "p/" });
+      const other = await t.grant({ bucket: "b", key: "q" });
+      const write = {
+        kind: "fenced",
+        leaseId: held.leaseId,
+        token: held.token,
+        bucket: "b",
+        key: "p/x",
+      } as const;
+      const intent = await t.store.beginCommit(write);
+      await t.store.beginCommit({
+        kind: "fenced",
+        leaseId: other.leaseId,
+        token: other.token,
+        bucket: "b",
+        key: "q",
+      });
+      t.clock.advance(10);
+      const seen: LeaseRecord[] = [];
+      const broken = await t.store.breakLease!(held.leaseId, (lease) => {
+        seen.push(lease);
+      });
+      expect(broken.lease).toMatchObject({ leaseId: held.leaseId, releasedAt: t.clock() });
+      expect(broken.fence.token).toBeGreaterThan(other.token);
+      expect(broken.fence.intents).toEqual([{ intentId: intent.intentId, bucket: "b", key: "p/x" }]);
+      expect(seen).toEqual(t.store.domain ? [broken.lease] : []);
+      // Ended: no renewal, no new commit, and the resource is free once the intents are fenced.
+      await expectDomainError(t.store.renew(held.leaseId, 1_000), "LeaseLost");
+      await expectDomainError(t.store.beginCommit(write), "LeaseExpired");
+      await t.store.clearIntents([intent.intentId]);
+      const next = await t.grant({ bucket: "b", key: "p/x" });
+      expect(next.token).toBeGreaterThan(broken.fence.token);
+      await expectDomainError(t.store.breakLease!(held.leaseId), "LeaseNotFound");
+      await expectDomainError(t.store.breakLease!("no-such-lease"), "LeaseNotFound");
+    });
+
+    it("reports the expiry of a lease that had expired unnoticed, and still fences", async () => {
+      const lease = await t.grant({ bucket: "b", key: "k" }, 1_000);
+      t.clock.advance(1_000);
+      const broken = await t.store.breakLease!(lease.leaseId);
+      expect(broken.lease).toEqual({ ...lease, endedAt: lease.expiresAt });
+      expect(broken.fence.token).toBeGreaterThan(lease.token);
+      expect(await t.store.collectExpired()).toEqual([]);
+    });
+  });
+
   describe("principal", () => {
     it("keeps the access key that acquired the lease", async () => {
       const result = await attempt({ bucket: "b", key: "k" }, { principal: "writer-key" });

@@ -7,6 +7,7 @@ import { assertWellFormedAcquire, judgeIntent, newLeaseId, resourceOf } from "..
 import type {
   AcquireInput,
   AcquireResult,
+  BreakResult,
   CommitIntentRef,
   IntentInput,
   LeaseEventHook,
@@ -201,6 +202,12 @@ export function createEmbeddedLeaseStore({
     return lease;
   };
 
+  const breakTx = (leaseId: string, now: number, inCommit?: LeaseEventHook): BreakResult => {
+    const lease = releaseTx(leaseId, now, inCommit);
+    const token = nextToken.get()!.value;
+    return { lease, fence: { token, intents: intentsUnder(resourceOf(lease)) } };
+  };
+
   const collectTx = (now: number, inCommit?: LeaseEventHook): LeaseRecord[] => {
     const reported = reportExpired
       .all({ now })
@@ -286,6 +293,11 @@ export function createEmbeddedLeaseStore({
     async release(leaseId, inCommit) {
       const now = open();
       return domain.run(() => releaseTx(leaseId, now, inCommit));
+    },
+
+    async breakLease(leaseId, inCommit) {
+      const now = open();
+      return domain.run(() => breakTx(leaseId, now, inCommit));
     },
 
     async list({ bucket, prefix }) {

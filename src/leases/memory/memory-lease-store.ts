@@ -6,6 +6,7 @@ import { judgeIntent, newLeaseId, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
+  BreakResult,
   CommitIntent,
   IntentInput,
   LeaseEventHook,
@@ -133,6 +134,11 @@ export function createMemoryLeaseStore({
     return copy(entry)!;
   };
 
+  const breakStep = (leaseId: string, now: number, inCommit?: LeaseEventHook): BreakResult => {
+    const lease = releaseStep(leaseId, now, inCommit);
+    return { lease, fence: { token: table.takeToken(), intents: intents.under(resourceOf(lease)) } };
+  };
+
   const collectStep = (now: number, inCommit?: LeaseEventHook): LeaseRecord[] => {
     const expired = [...table.openEntries()]
       .filter((entry) => entry.record.expiresAt <= now)
@@ -204,6 +210,11 @@ export function createMemoryLeaseStore({
     async release(leaseId, inCommit) {
       const now = open();
       return domain.run(() => releaseStep(leaseId, now, inCommit));
+    },
+
+    async breakLease(leaseId, inCommit) {
+      const now = open();
+      return domain.run(() => breakStep(leaseId, now, inCommit));
     },
 
     async list({ bucket, prefix }) {
