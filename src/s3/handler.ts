@@ -30,7 +30,10 @@ export type S3HandlerOptions = {
 type Bindings = { incoming: IncomingMessage; outgoing: ServerResponse };
 export type S3Env = { Bindings: Bindings; Variables: { requestId: string; log: Logger } };
 
-/** A request refused before its fencing decision (a write, or any request the policy denied), as the audit log records it. */
+/**
+ * A request refused before its fencing decision, as the audit log records it: a write, a request
+ * the policy denied, or one whose signature failed.
+ */
 type Refusal = {
   op: string;
   bucket: string | null;
@@ -77,12 +80,31 @@ export function s3Handler(opts: S3HandlerOptions) {
       }
       // The same answer for every caller, so before authentication (S3 signs these another way).
       if (route.notImplemented !== undefined) throw new DomainError("NotImplemented", route.notImplemented);
-      const auth = opts.authenticator.authenticate({
-        method,
-        rawPath,
-        rawQuery,
-        headers: withImpliedPayloadHash(incoming),
-      });
+      let auth: ReturnType<RequestAuthenticator["authenticate"]>;
+      try {
+        auth = opts.authenticator.authenticate({
+          method,
+          rawPath,
+          rawQuery,
+          headers: withImpliedPayloadHash(incoming),
+        });
+      } catch (err) {
+        // A request refused for its signature is recorded whatever it asked, against the access
+        // key it claims; an anonymous read claims nobody and is not.
+        const claimed = claimedAccessKeyId(incoming.headers, query);
+        if (!refusal && claimed !== null) {
+          refusal = {
+            op: route.name,
+            bucket: addressed.bucket,
+            key: addressed.key,
+            headers: incoming.headers,
+            query,
+            principal: claimed,
+            requestId,
+          };
+        }
+        throw err;
+      }
       if (refusal) refusal.principal = auth.accessKeyId;
       const req: S3Request = {
         requestId,

@@ -88,7 +88,7 @@ describe("DeleteObjects validates the whole request before deleting anything", (
   });
 });
 
-describe("writes refused by authentication are write decisions", () => {
+describe("requests refused by authentication are recorded", () => {
   const auditOf = async (key: string) =>
     (await gw.leases.audit({ bucket, key })).records as Array<Record<string, unknown>>;
 
@@ -127,6 +127,32 @@ describe("writes refused by authentication are write decisions", () => {
     expect(await auditOf("auth/anonymous")).toEqual([
       expect.objectContaining({ reason: "AccessDenied", principal: null }),
     ]);
+    // Reads refused for their signature are recorded too; an anonymous read claims nobody.
+    const forgedRead = await signedRequest(gw.url, {
+      method: "GET",
+      path: objectPath(bucket, "auth/read"),
+      credentials: { accessKeyId: "fencegate", secretAccessKey: "not-the-secret" },
+    });
+    expectS3Error(forgedRead, "SignatureDoesNotMatch", 403);
+    const unknownList = await signedRequest(gw.url, {
+      method: "GET",
+      path: `/${bucket}`,
+      query: { "list-type": "2", prefix: "auth/" },
+      credentials: { accessKeyId: "mallory", secretAccessKey: "whatever-secret" },
+    });
+    expectS3Error(unknownList, "InvalidAccessKeyId", 403);
+    const anonymousRead = await rawRequest(gw.url, { method: "GET", path: objectPath(bucket, "auth/read") });
+    expectS3Error(anonymousRead, "AccessDenied", 403);
+    const reads = (await gw.leases.audit({ bucket, decision: "rejected" })).records as Array<
+      Record<string, unknown>
+    >;
+    const byRequest = (res: { headers: Record<string, unknown> }) =>
+      reads
+        .filter((r) => r.requestId === res.headers["x-amz-request-id"])
+        .map((r) => [r.op, r.key, r.reason, r.principal]);
+    expect(byRequest(forgedRead)).toEqual([["GetObject", "auth/read", "SignatureDoesNotMatch", "fencegate"]]);
+    expect(byRequest(unknownList)).toEqual([["ListObjectsV2", null, "InvalidAccessKeyId", "mallory"]]);
+    expect(byRequest(anonymousRead)).toEqual([]);
     const expired = await presign(gw.url, {
       method: "PUT",
       path: objectPath(bucket, "auth/expired"),
