@@ -1,3 +1,5 @@
+import { close, fsync, open } from "node:fs";
+import { dirname } from "node:path";
 import type Database from "better-sqlite3";
 import type { TxDomain } from "../core/tx.js";
 
@@ -12,15 +14,42 @@ type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 // Captured once: a test that fakes timers later must not be able to stall every commit.
 const nextTurn = globalThis.setImmediate;
 
+/** Flushes a file to stable storage (fs.fsync; tests pass a slower or failing one). */
+export type SyncFile = (fd: number, done: (err: NodeJS.ErrnoException | null) => void) => void;
+
+export type EmbeddedDomainOptions = {
+  /**
+   * How the WAL file is flushed. Default fs.fsync, run on libuv's thread pool so that the event
+   * loop keeps serving while the disk works.
+   */
+  syncFile?: SyncFile;
+};
+
 /**
  * The atomic steps of one embedded database, committed in groups (group commit).
  *
- * A commit costs one fsync of the WAL (synchronous=FULL), about as much as a hundred small
- * steps. So `run` only queues the step; once per event-loop turn (setImmediate, after the poll
- * phase has taken in every request that was ready) the queued steps run in one transaction,
- * each inside its own SAVEPOINT, and every caller is answered only after that transaction's
- * COMMIT returned, i.e. once its changes are durable. A step that throws is rolled back to its
- * savepoint and its caller gets the error; the other steps of the batch are not disturbed.
+ * A durable commit costs one fsync of the WAL, about as much as a hundred small steps. So `run`
+ * only queues the step; once per event-loop turn (setImmediate, after the poll phase has taken
+ * in every request that was ready) the queued steps run in one transaction, each inside its own
+ * SAVEPOINT. A step that throws is rolled back to its savepoint and its caller gets the error;
+ * the other steps of the batch are not disturbed.
+ *
+ * Durability: on a database in WAL mode the COMMIT itself does not fsync (synchronous=NORMAL:
+ * the WAL frames are written, in order, to the file); the domain then fsyncs the WAL file on the
+ * thread pool and answers the batch's callers only once that fsync has returned, i.e. once their
+ * changes are on disk. One fsync is in flight at a time; batches committed meanwhile wait for the
+ * next one, which covers them all (every frame before it in the file), so callers are answered
+ * in commit order and never before everything they could have depended on is durable. While the
+ * disk works, the event loop serves other requests and runs the next batch's steps. SQLite
+ * itself fsyncs the WAL before each checkpoint and the database file after it. A failed fsync
+ * leaves nothing known to be durable: the waiting callers get the error, and so does every later
+ * step (the gateway must be restarted, and recovers from what is on disk). Any other journal
+ * mode (an in-memory database) keeps SQLite's own synchronous COMMIT.
+ *
+ * Reads outside steps (GET, listings, the early HCT check) may see a committed batch before its
+ * fsync returned. That state is never acknowledged to its writer before it is durable, and a
+ * kill -9 does not lose it (the frames are in the kernel's page cache); only a power loss in
+ * that window can take back what such a read saw, together with the unacknowledged write.
  *
  * Everything from BEGIN to COMMIT is one synchronous stretch of better-sqlite3 calls, so no
  * other JavaScript runs while a batch is open: reads outside steps never see uncommitted data,
@@ -33,9 +62,26 @@ export class EmbeddedDomain implements TxDomain {
   private scheduled = false;
   private readonly sql;
   /** Batches committed and steps run, for tests and benchmarks. */
-  readonly stats = { batches: 0, steps: 0, largestBatch: 0 };
+  readonly stats = { batches: 0, steps: 0, largestBatch: 0, syncs: 0 };
+  /** The WAL file this domain fsyncs itself; null: SQLite's own synchronous COMMIT. */
+  private readonly wal: string | null;
+  private readonly syncFile: SyncFile;
+  /** An fsync of the WAL is in flight. */
+  private syncing = false;
+  /** Answers of committed batches that the fsync in flight does not cover. */
+  private awaitingSync: Array<(err: Error | null) => void> = [];
+  /** Set once an fsync failed: nothing later can be promised durable. */
+  private broken: Error | null = null;
+  private dirSynced = false;
 
-  constructor(readonly db: Database.Database) {
+  constructor(
+    readonly db: Database.Database,
+    options: EmbeddedDomainOptions = {},
+  ) {
+    this.syncFile = options.syncFile ?? fsync;
+    const walMode = !db.memory && String(db.pragma("journal_mode", { simple: true })).toLowerCase() === "wal";
+    this.wal = walMode ? `${db.name}-wal` : null;
+    if (walMode) db.pragma("synchronous = NORMAL");
     this.sql = {
       begin: db.prepare("BEGIN IMMEDIATE"),
       commit: db.prepare("COMMIT"),
@@ -47,6 +93,7 @@ export class EmbeddedDomain implements TxDomain {
   }
 
   run<T>(step: () => T): Promise<T> {
+    if (this.broken) return Promise.reject(this.broken);
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ step, resolve: resolve as (value: unknown) => void, reject });
       if (!this.scheduled) {
@@ -78,12 +125,72 @@ export class EmbeddedDomain implements TxDomain {
     this.stats.batches++;
     this.stats.steps += batch.length;
     this.stats.largestBatch = Math.max(this.stats.largestBatch, batch.length);
-    batch.forEach((pending, i) => {
-      const outcome = outcomes[i]!;
-      if (outcome.ok) pending.resolve(outcome.value);
-      else pending.reject(outcome.error);
-    });
+    const answer = (syncError: Error | null) =>
+      batch.forEach((pending, i) => {
+        const outcome = outcomes[i]!;
+        if (syncError) pending.reject(syncError);
+        else if (outcome.ok) pending.resolve(outcome.value);
+        else pending.reject(outcome.error);
+      });
+    if (this.wal === null) answer(null);
+    else this.afterSync(answer);
   };
+
+  /**
+   * Calls `answer` once everything committed so far is on disk. Refusals wait too: what they
+   * were refused on may have been committed by an earlier batch not yet durable.
+   */
+  private afterSync(answer: (err: Error | null) => void): void {
+    if (this.broken) {
+      answer(this.broken);
+      return;
+    }
+    this.awaitingSync.push(answer);
+    if (!this.syncing) this.syncWal();
+  }
+
+  private syncWal(): void {
+    const covered = this.awaitingSync;
+    this.awaitingSync = [];
+    this.syncing = true;
+    this.stats.syncs++;
+    const done = (err: NodeJS.ErrnoException | null) => {
+      this.syncing = false;
+      if (err)
+        this.broken ??= new Error(`the database log could not be flushed to disk: ${err.message}`, {
+          cause: err,
+        });
+      for (const answer of covered) answer(this.broken);
+      if (this.awaitingSync.length > 0) this.syncWal();
+    };
+    const wal = this.wal!;
+    open(wal, "r", (openErr, fd) => {
+      if (openErr) {
+        // No WAL file: nothing was ever written to it, or the database was closed, which
+        // checkpoints the WAL into the database file, fsyncs it and removes the WAL.
+        done(openErr.code === "ENOENT" ? null : openErr);
+        return;
+      }
+      this.syncFile(fd, (syncErr) => {
+        close(fd, () => {
+          if (syncErr || this.dirSynced) {
+            done(syncErr);
+            return;
+          }
+          // Once: the WAL file's own directory entry.
+          open(dirname(wal), "r", (dirErr, dirFd) => {
+            if (dirErr) return done(dirErr);
+            this.syncFile(dirFd, (dirSyncErr) =>
+              close(dirFd, () => {
+                if (!dirSyncErr) this.dirSynced = true;
+                done(dirSyncErr);
+              }),
+            );
+          });
+        });
+      });
+    });
+  }
 
   /** A batch of one needs no savepoint: the transaction is the step. */
   private runAlone(pending: Pending): Outcome {

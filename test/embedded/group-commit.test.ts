@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { fstatSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type EmbeddedDb, EmbeddedDomain, openEmbeddedDb } from "../../src/embedded/db.js";
@@ -120,8 +121,8 @@ describe("EmbeddedDomain group commit", () => {
     await domain.run(() => {
       insert("a")();
       inner = domain.run(insert("b"));
+      expect(values()).toEqual(["a"]);
     });
-    expect(values()).toEqual(["a"]);
     await inner;
     expect(values()).toEqual(["a", "b"]);
     expect(commits()).toBe(2);
@@ -133,6 +134,95 @@ describe("EmbeddedDomain group commit", () => {
     expect(values()).toHaveLength(n);
     expect(commits()).toBe(1);
     expect(domain.stats.largestBatch).toBe(n);
+  });
+});
+
+describe("EmbeddedDomain answers after the WAL fsync", () => {
+  let dir: ReturnType<typeof tempDir>;
+  let db: EmbeddedDb;
+  /** fsyncs the domain asked for and has not been told are done. */
+  let held: Array<{ fd: number; done: (err: NodeJS.ErrnoException | null) => void }>;
+  let domain: EmbeddedDomain;
+
+  beforeEach(() => {
+    dir = tempDir("fencegate-domain-sync-");
+    db = openEmbeddedDb({ dataDir: dir.path });
+    db.exec("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL UNIQUE)");
+    held = [];
+    domain = new EmbeddedDomain(db, {
+      // The WAL file's fsyncs are held; its directory's (once, the first time) goes through.
+      syncFile: (fd, done) => (fstatSync(fd).isDirectory() ? done(null) : held.push({ fd, done })),
+    });
+  });
+
+  afterEach(() => {
+    if (db.open) db.close();
+    dir.cleanup();
+  });
+
+  const insert = (v: string) => () => db.prepare("INSERT INTO t (v) VALUES (?)").run(v);
+  const settle = () => new Promise((r) => setTimeout(r, 20));
+  const finishSync = async (err: NodeJS.ErrnoException | null = null) => {
+    while (held.length === 0) await settle();
+    held.shift()!.done(err);
+    await settle();
+  };
+
+  it("commits without fsync (synchronous=NORMAL) and answers only once the WAL fsync returned", async () => {
+    expect(db.pragma("synchronous", { simple: true })).toBe(1);
+    const answered: string[] = [];
+    const runs = ["a", "b"].map((v) => domain.run(insert(v)).then(() => answered.push(v)));
+    await settle();
+    // Committed (a later read sees it) but nobody is answered while the fsync is in flight.
+    expect(db.prepare("SELECT count(*) AS n FROM t").get()).toEqual({ n: 2 });
+    expect(held).toHaveLength(1);
+    expect(answered).toEqual([]);
+    await finishSync();
+    await Promise.all(runs);
+    expect(answered).toEqual(["a", "b"]);
+  });
+
+  it("lets the next batches commit during an fsync and covers them with one more, in order", async () => {
+    const answered: string[] = [];
+    const first = domain.run(insert("a")).then(() => answered.push("a"));
+    await settle();
+    expect(held).toHaveLength(1);
+    // Two more batches while the first fsync is in flight: both commit, neither starts an fsync.
+    const second = domain.run(insert("b")).then(() => answered.push("b"));
+    await settle();
+    const third = domain.run(insert("c")).then(() => answered.push("c"));
+    await settle();
+    expect(domain.stats.batches).toBe(3);
+    expect(held).toHaveLength(1);
+    await finishSync();
+    expect(answered).toEqual(["a"]);
+    // One fsync for both batches committed meanwhile.
+    expect(held).toHaveLength(1);
+    await finishSync();
+    await Promise.all([first, second, third]);
+    expect(answered).toEqual(["a", "b", "c"]);
+    expect(domain.stats.syncs).toBe(2);
+  });
+
+  it("makes refusals wait for the fsync of what was committed before them", async () => {
+    const answered: string[] = [];
+    void domain.run(insert("a")).then(() => answered.push("a"));
+    await settle();
+    const refused = domain.run(insert("a")).catch(() => answered.push("refused"));
+    await settle();
+    expect(answered).toEqual([]);
+    await finishSync();
+    await finishSync();
+    await refused;
+    expect(answered).toEqual(["a", "refused"]);
+  });
+
+  it("fails the waiting callers and every later step when an fsync fails", async () => {
+    const waiting = expect(domain.run(insert("a"))).rejects.toThrow(/could not be flushed to disk: EIO/);
+    const failure = Object.assign(new Error("EIO: i/o error, fsync"), { code: "EIO" });
+    await finishSync(failure);
+    await waiting;
+    await expect(domain.run(insert("b"))).rejects.toThrow(/could not be flushed/);
   });
 });
 
