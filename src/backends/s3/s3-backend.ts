@@ -357,11 +357,17 @@ export class S3Backend implements StorageBackend {
 
   // ---- maintenance ----
 
-  /** Probes whether the store honours conditional writes, in `bucket` (default: the verify bucket). */
+  /**
+   * Probes whether the store honours conditional writes, in `bucket` (default: the verify bucket,
+   * a scratch bucket created when missing). NoSuchBucket for another bucket that is missing.
+   */
   async verifyConditionalWrites(bucket?: string): Promise<CapabilityReport> {
     const target = bucket ?? this.opts.verifyBucket;
     if (target === undefined)
       throw new Error("verifyConditionalWrites needs a bucket (or the verifyBucket option)");
+    if (target === this.opts.verifyBucket && (await this.ctx.store.bucketState(target)) === "missing") {
+      await this.ctx.store.createBucket(target);
+    }
     return verifyConditionalWrites(this.ctx.store, this.ctx.layout, target);
   }
 
