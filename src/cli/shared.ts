@@ -1,5 +1,6 @@
 import { type ParseArgsConfig, parseArgs } from "node:util";
-import { LeaseApiError, LeaseClient } from "../client/lease-client.js";
+import { FenceApiError, FenceConnectionError } from "../client/errors.js";
+import { FenceClient } from "../client/fence-client.js";
 import { DEV_ACCESS_KEY_ID, DEV_SECRET_ACCESS_KEY } from "../config/resolve.js";
 
 export class CliError extends Error {
@@ -15,20 +16,25 @@ export class CliError extends Error {
 /** Exit codes of the client commands. */
 export const EXIT = { usage: 2, leaseHeld: 75, leaseLost: 76, unavailable: 69 } as const;
 
-export function clientFromEnv(env = process.env): LeaseClient {
-  return new LeaseClient({
+export function clientFromEnv(env = process.env): FenceClient {
+  return new FenceClient({
     endpoint: env.FENCEGATE_ENDPOINT || "http://127.0.0.1:9700",
     accessKeyId: env.AWS_ACCESS_KEY_ID || DEV_ACCESS_KEY_ID,
     secretAccessKey: env.AWS_SECRET_ACCESS_KEY || DEV_SECRET_ACCESS_KEY,
+    sessionToken: env.AWS_SESSION_TOKEN || undefined,
     region: env.AWS_REGION || env.AWS_DEFAULT_REGION || "us-east-1",
   });
 }
+
+type Parsed<T extends ParseArgsConfig["options"]> = ReturnType<
+  typeof parseArgs<{ args: string[]; options: T; allowPositionals: boolean; strict: true }>
+>;
 
 export function parse<T extends ParseArgsConfig["options"]>(
   args: string[],
   options: T,
   allowPositionals = false,
-) {
+): Parsed<T> {
   try {
     return parseArgs({ args, options, allowPositionals, strict: true });
   } catch (e) {
@@ -52,14 +58,11 @@ export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (e) {
-    if (e instanceof LeaseApiError) {
+    if (e instanceof FenceApiError) {
       const code = e.code === "LeaseHeld" ? EXIT.leaseHeld : e.code === "LeaseLost" ? EXIT.leaseLost : 1;
       throw new CliError(`${e.code} (HTTP ${e.status}): ${e.message}`, code);
     }
-    if (e instanceof TypeError && /fetch failed/.test(e.message)) {
-      const cause = (e as { cause?: { message?: string } }).cause?.message ?? "connection failed";
-      throw new CliError(`cannot reach the gateway: ${cause}`, EXIT.unavailable);
-    }
+    if (e instanceof FenceConnectionError) throw new CliError(e.message, EXIT.unavailable);
     throw e;
   }
 }

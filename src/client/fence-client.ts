@@ -1,0 +1,328 @@
+import { Sha256 } from "@aws-crypto/sha256-js";
+import { SignatureV4 } from "@smithy/signature-v4";
+import { apiError, FenceApiError, FenceConnectionError, LeaseNotFoundError } from "./errors.js";
+import { Lease, type LeaseOptions } from "./lease.js";
+import type { AcquireRequest, AuditQuery, AuditRecord, LeaseRecord, LeaseResource } from "./types.js";
+
+export type { AcquireRequest, AuditQuery, AuditRecord, LeaseRecord, LeaseResource };
+
+export type RetryOptions = {
+  /** Attempts in all, the first included (default 4; 1 turns retries off). */
+  attempts?: number;
+  /** The first backoff; each next one doubles, with full jitter (default 100 ms). */
+  baseDelayMs?: number;
+  /** The longest backoff (default 2 s). */
+  maxDelayMs?: number;
+};
+
+export type FenceClientOptions = {
+  /** The gateway, e.g. http://127.0.0.1:9700 */
+  endpoint: string;
+  accessKeyId: string;
+  secretAccessKey: string;
+  sessionToken?: string;
+  /** The region requests are signed for (default us-east-1; the gateway accepts any). */
+  region?: string;
+  retry?: RetryOptions;
+  /** How long one attempt may take, on top of an acquire's waitMs (default 30 s). */
+  timeoutMs?: number;
+};
+
+export type CallOptions = {
+  /**
+   * The call may be repeated without changing its effect, so it is retried after a broken
+   * connection or a 5xx. Calls that are not are retried only when the request certainly never
+   * reached the gateway.
+   */
+  idempotent?: boolean;
+  signal?: AbortSignal;
+  /** Extra time for this call's attempts (an acquire's waitMs). */
+  extraTimeoutMs?: number;
+};
+
+const DEFAULT_TTL_MS = 30_000;
+
+/**
+ * A client of the fencegate lease API: every request signed with SigV4 (service s3), error
+ * answers thrown as typed errors (errors.ts), and only safe retries.
+ *
+ * `acquire`, `show`, `renew`, `release`, `list`, `audit` and `health` are the API's calls, one
+ * each. `lease()` returns a Lease handle that renews itself; `using()` runs a function while
+ * holding a lease.
+ */
+export class FenceClient {
+  private readonly signer: SignatureV4;
+  private readonly base: URL;
+  private readonly retry: Required<RetryOptions>;
+  private readonly timeoutMs: number;
+
+  constructor(opts: FenceClientOptions) {
+    this.base = new URL(opts.endpoint);
+    this.signer = new SignatureV4({
+      service: "s3",
+      region: opts.region ?? "us-east-1",
+      credentials: {
+        accessKeyId: opts.accessKeyId,
+        secretAccessKey: opts.secretAccessKey,
+        sessionToken: opts.sessionToken,
+      },
+      sha256: Sha256,
+      uriEscapePath: false,
+    });
+    this.retry = {
+      attempts: Math.max(1, opts.retry?.attempts ?? 4),
+      baseDelayMs: opts.retry?.baseDelayMs ?? 100,
+      maxDelayMs: opts.retry?.maxDelayMs ?? 2_000,
+    };
+    this.timeoutMs = opts.timeoutMs ?? 30_000;
+  }
+
+  /** The gateway's address. */
+  get endpoint(): string {
+    return this.base.href;
+  }
+
+  /**
+   * POST /_fence/v1/leases. Not idempotent (each grant takes a new token), so it is retried only
+   * when the request never reached the gateway.
+   */
+  acquire(req: AcquireRequest, opts: { signal?: AbortSignal } = {}): Promise<LeaseRecord> {
+    return this.call(
+      "POST",
+      "/_fence/v1/leases",
+      req,
+      {},
+      {
+        idempotent: false,
+        signal: opts.signal,
+        extraTimeoutMs: req.waitMs ?? 0,
+      },
+    ) as Promise<LeaseRecord>;
+  }
+
+  show(leaseId: string): Promise<LeaseRecord> {
+    return this.call("GET", leasePath(leaseId), undefined, {}, { idempotent: true }) as Promise<LeaseRecord>;
+  }
+
+  /** Renewing twice has the effect of renewing once, so renewals are retried. */
+  renew(leaseId: string, ttlMs?: number, opts: { signal?: AbortSignal } = {}): Promise<LeaseRecord> {
+    const body = ttlMs === undefined ? {} : { ttlMs };
+    return this.call(
+      "POST",
+      `${leasePath(leaseId)}/renew`,
+      body,
+      {},
+      {
+        idempotent: true,
+        signal: opts.signal,
+      },
+    ) as Promise<LeaseRecord>;
+  }
+
+  /**
+   * DELETE the lease. Retried; a retry that finds the lease gone (404 after an attempt whose
+   * answer was lost) counts as released.
+   */
+  async release(leaseId: string): Promise<void> {
+    let attempts = 0;
+    try {
+      await this.call("DELETE", leasePath(leaseId), undefined, {}, { idempotent: true }, () => attempts++);
+    } catch (e) {
+      if (e instanceof LeaseNotFoundError && attempts > 1) return;
+      throw e;
+    }
+  }
+
+  list(filter: { bucket?: string; prefix?: string } = {}): Promise<{ leases: LeaseRecord[] }> {
+    return this.call("GET", "/_fence/v1/leases", undefined, filter, { idempotent: true }) as Promise<{
+      leases: LeaseRecord[];
+    }>;
+  }
+
+  audit(query: AuditQuery = {}): Promise<{ records: AuditRecord[]; nextCursor: string | null }> {
+    const q = Object.fromEntries(
+      Object.entries(query).map(([k, v]) => [k, v === undefined ? undefined : String(v)]),
+    );
+    return this.call("GET", "/_fence/v1/audit", undefined, q, { idempotent: true }) as Promise<{
+      records: AuditRecord[];
+      nextCursor: string | null;
+    }>;
+  }
+
+  /** GET /_fence/v1/health: resolves with the status, throws (503) when a dependency is down. */
+  health(): Promise<{ status: string } & Record<string, unknown>> {
+    return this.call("GET", "/_fence/v1/health", undefined, {}, { idempotent: true }) as Promise<{
+      status: string;
+    }>;
+  }
+
+  /**
+   * Acquires a lease and keeps it renewed in the background until it is released or lost
+   * (its `signal` then fires). Defaults: ttlMs 30 s.
+   */
+  async lease(req: LeaseResource & Partial<AcquireRequest> & LeaseOptions): Promise<Lease> {
+    const { renewAt, onLost, signal, ...rest } = req;
+    const ttlMs = rest.ttlMs ?? DEFAULT_TTL_MS;
+    const sentAt = performance.now();
+    const record = await this.acquire({ ...rest, ttlMs } as AcquireRequest, { signal });
+    return new Lease(this, record, { sentAt, renewAt, onLost });
+  }
+
+  /**
+   * Runs `fn` while holding a lease: acquires it, renews it in the background, releases it when
+   * `fn` settles. If the lease is lost meanwhile, `lease.signal` fires (pass it to the work) and
+   * `using` rejects at once with the LeaseLostError, without waiting for `fn`.
+   */
+  async using<T>(
+    req: LeaseResource & Partial<AcquireRequest> & LeaseOptions,
+    fn: (lease: Lease) => Promise<T> | T,
+  ): Promise<T> {
+    const lease = await this.lease(req);
+    let result: T;
+    try {
+      const work = Promise.resolve().then(() => fn(lease));
+      const lost = new Promise<never>((_, reject) => {
+        const fail = () => reject(lease.signal.reason);
+        if (lease.signal.aborted) fail();
+        else lease.signal.addEventListener("abort", fail, { once: true });
+      });
+      // Whichever loses the race must not become an unhandled rejection.
+      work.catch(() => undefined);
+      lost.catch(() => undefined);
+      result = await Promise.race([work, lost]);
+    } catch (e) {
+      await lease.release().catch(() => undefined);
+      throw e;
+    }
+    await lease.release();
+    return result;
+  }
+
+  /**
+   * One signed call with the retries its kind allows. `onAttempt` is told of each attempt.
+   * Throws a FenceApiError (or subclass) for an error answer, FenceConnectionError when the
+   * gateway could not be reached.
+   */
+  async call(
+    method: string,
+    path: string,
+    body?: unknown,
+    query: Record<string, string | undefined> = {},
+    opts: CallOptions = {},
+    onAttempt?: () => void,
+  ): Promise<unknown> {
+    const idempotent = opts.idempotent ?? (method === "GET" || method === "HEAD");
+    for (let attempt = 1; ; attempt++) {
+      onAttempt?.();
+      try {
+        return await this.once(method, path, body, query, opts);
+      } catch (e) {
+        const retryable =
+          (e instanceof FenceConnectionError && (e.notSent || idempotent)) ||
+          (e instanceof FenceApiError && idempotent && e.status >= 500);
+        if (!retryable || attempt >= this.retry.attempts || opts.signal?.aborted) throw e;
+        const cap = Math.min(this.retry.maxDelayMs, this.retry.baseDelayMs * 2 ** (attempt - 1));
+        await delay(Math.random() * cap, opts.signal);
+      }
+    }
+  }
+
+  private async once(
+    method: string,
+    path: string,
+    body: unknown,
+    query: Record<string, string | undefined>,
+    opts: CallOptions,
+  ): Promise<unknown> {
+    const q: Record<string, string> = {};
+    for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== "") q[k] = v;
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    const basePath = this.base.pathname.replace(/\/$/, "");
+    const signed = await this.signer.sign({
+      method,
+      protocol: this.base.protocol,
+      hostname: this.base.hostname,
+      port: this.base.port ? Number(this.base.port) : undefined,
+      path: basePath + path,
+      query: q,
+      headers: {
+        host: this.base.host,
+        ...(payload !== undefined ? { "content-type": "application/json" } : {}),
+      },
+      body: payload,
+    });
+    // The query exactly as it was signed (RFC 3986, not form encoding).
+    const search = Object.entries(q)
+      .map(([k, v]) => `${awsEncode(k)}=${awsEncode(v)}`)
+      .join("&");
+    const url = new URL(basePath + path + (search ? `?${search}` : ""), this.base);
+    const timeout = AbortSignal.timeout(this.timeoutMs + (opts.extraTimeoutMs ?? 0));
+    const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+    let res: Response;
+    let text: string;
+    try {
+      res = await fetch(url, {
+        method,
+        headers: signed.headers as Record<string, string>,
+        body: payload,
+        signal,
+      });
+      text = await res.text();
+    } catch (e) {
+      if (opts.signal?.aborted) throw opts.signal.reason;
+      throw connectionError(e, url);
+    }
+    const parsed = text ? safeJson(text) : undefined;
+    if (!res.ok) {
+      const err = (parsed as { error?: { code?: string; message?: string } } | undefined)?.error;
+      throw apiError({
+        status: res.status,
+        code: err?.code ?? `HTTP${res.status}`,
+        message: err?.message ?? (text || res.statusText),
+        body: parsed,
+        requestId: res.headers.get("x-amz-request-id") ?? undefined,
+      });
+    }
+    return parsed;
+  }
+}
+
+function leasePath(leaseId: string): string {
+  return `/_fence/v1/leases/${encodeURIComponent(leaseId)}`;
+}
+
+/** Errors that happen before a connection exists: the request never reached the gateway. */
+const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+
+function connectionError(e: unknown, url: URL): FenceConnectionError {
+  const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+  const code = cause?.code ?? (e as { name?: string }).name ?? "";
+  const why = cause?.message ?? (e as Error).message;
+  return new FenceConnectionError(`cannot reach the gateway at ${url.origin}: ${why}`, NOT_SENT.has(code), {
+    cause: e,
+  });
+}
+
+function delay(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener("abort", done);
+      resolve();
+    }
+    signal?.addEventListener("abort", done, { once: true });
+  });
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function awsEncode(s: string): string {
+  return encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}

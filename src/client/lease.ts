@@ -1,0 +1,216 @@
+import { AccessDeniedError, type FenceApiError, LeaseLostError, LeaseNotFoundError } from "./errors.js";
+import type { LeaseRecord } from "./types.js";
+
+/** The calls a Lease handle makes (FenceClient has them). */
+export type LeaseApi = {
+  renew(leaseId: string, ttlMs?: number, opts?: { signal?: AbortSignal }): Promise<LeaseRecord>;
+  release(leaseId: string): Promise<void>;
+};
+
+export type LeaseOptions = {
+  /**
+   * When to renew, as fractions of the TTL since the last renewal: a random point between
+   * `from` and `to` (default 1/3 to 1/2), so that many holders do not renew in step.
+   */
+  renewAt?: { from: number; to: number };
+  /** Called once when the lease is lost (its signal fires at the same time). */
+  onLost?: (error: LeaseLostError) => void;
+  /** Cancels the acquire (and its wait). */
+  signal?: AbortSignal;
+};
+
+export type LeaseState = "held" | "lost" | "released";
+
+/** How soon a failed renewal is tried again: a quarter of the time left, within these bounds. */
+const RETRY_MIN_MS = 50;
+const RETRY_MAX_MS = 1_000;
+
+/**
+ * A held lease that renews itself in the background before it expires, and whose `signal`
+ * fires (with a LeaseLostError) as soon as the lease is lost: the gateway refused a renewal
+ * (expired, superseded, released or broken by someone else), or it could not be renewed before
+ * its expiry as this process measures time (monotonic clock, counted from when the last
+ * successful renewal was sent, so never later than the gateway's own expiry).
+ *
+ * Release it with `release()`, or let `await using` do it.
+ */
+export class Lease implements AsyncDisposable {
+  readonly #api: LeaseApi;
+  readonly #controller = new AbortController();
+  readonly #renewAt: { from: number; to: number };
+  readonly #onLost: ((error: LeaseLostError) => void) | undefined;
+  #record: LeaseRecord;
+  #state: LeaseState = "held";
+  /** performance.now() by which the lease is surely renewed or gone. */
+  #deadline: number;
+  #renewTimer: NodeJS.Timeout | undefined;
+  #expiryTimer: NodeJS.Timeout | undefined;
+
+  constructor(api: LeaseApi, record: LeaseRecord, opts: LeaseOptions & { sentAt: number }) {
+    this.#api = api;
+    this.#record = record;
+    this.#renewAt = opts.renewAt ?? { from: 1 / 3, to: 1 / 2 };
+    this.#onLost = opts.onLost;
+    this.#deadline = opts.sentAt + record.ttlMs;
+    this.#armExpiry();
+    this.#scheduleRenewal();
+  }
+
+  /** Fires when the lease is lost; its `reason` is the LeaseLostError. */
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+  get state(): LeaseState {
+    return this.#state;
+  }
+  get lost(): boolean {
+    return this.#state === "lost";
+  }
+  /** The lease as the gateway last sent it. */
+  get record(): LeaseRecord {
+    return this.#record;
+  }
+  get leaseId(): string {
+    return this.#record.leaseId;
+  }
+  get token(): number {
+    return this.#record.token;
+  }
+  /** The signed string a write carries (header `x-fence-token`). */
+  get fencingToken(): string {
+    return this.#record.fencingToken;
+  }
+  get bucket(): string {
+    return this.#record.bucket;
+  }
+  get key(): string | undefined {
+    return this.#record.key;
+  }
+  get prefix(): string | undefined {
+    return this.#record.prefix;
+  }
+  get expiresAt(): string {
+    return this.#record.expiresAt;
+  }
+
+  /** Throws the LeaseLostError if the lease is lost, or an error if it was released. */
+  throwIfLost(): void {
+    if (this.#state === "lost") throw this.#controller.signal.reason;
+    if (this.#state === "released") throw new Error(`lease ${this.leaseId} was released`);
+  }
+
+  /** Renews now (the background renewal does this by itself). */
+  async renew(ttlMs?: number): Promise<LeaseRecord> {
+    this.throwIfLost();
+    const sentAt = performance.now();
+    try {
+      const record = await this.#api.renew(this.leaseId, ttlMs ?? this.#record.ttlMs, {
+        signal: this.#controller.signal,
+      });
+      if (this.#state === "held") this.#renewed(record, sentAt);
+      return record;
+    } catch (e) {
+      if (isLoss(e)) this.#lose(e);
+      throw this.#state === "lost" ? this.#controller.signal.reason : e;
+    }
+  }
+
+  /** Stops renewing and releases the lease (nothing to do if it was lost or released already). */
+  async release(): Promise<void> {
+    if (this.#state !== "held") return;
+    this.#state = "released";
+    this.#stopTimers();
+    try {
+      await this.#api.release(this.leaseId);
+    } catch (e) {
+      // Gone already (expired and collected, or released by someone else): nothing to release.
+      if (!(e instanceof LeaseNotFoundError)) throw e;
+    }
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  #renewed(record: LeaseRecord, sentAt: number): void {
+    this.#record = record;
+    this.#deadline = sentAt + record.ttlMs;
+    this.#armExpiry();
+    this.#scheduleRenewal();
+  }
+
+  #scheduleRenewal(): void {
+    clearTimeout(this.#renewTimer);
+    const { from, to } = this.#renewAt;
+    const delay = this.#record.ttlMs * (from + Math.random() * (to - from));
+    this.#renewTimer = setTimeout(() => void this.#backgroundRenew(), delay);
+    // A forgotten lease must not keep the process alive; it then expires at the gateway.
+    this.#renewTimer.unref();
+  }
+
+  async #backgroundRenew(): Promise<void> {
+    if (this.#state !== "held") return;
+    const sentAt = performance.now();
+    try {
+      const record = await this.#api.renew(this.leaseId, this.#record.ttlMs, {
+        signal: this.#controller.signal,
+      });
+      if (this.#state === "held") this.#renewed(record, sentAt);
+    } catch (e) {
+      if (this.#state !== "held") return;
+      if (isLoss(e)) {
+        this.#lose(e);
+        return;
+      }
+      // Not an answer about the lease (connection, 5xx): try again while it can still be alive;
+      // the expiry timer ends it if no renewal gets through in time.
+      const left = this.#deadline - performance.now();
+      const retryIn = Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, left / 4));
+      this.#renewTimer = setTimeout(() => void this.#backgroundRenew(), retryIn);
+      this.#renewTimer.unref();
+    }
+  }
+
+  #armExpiry(): void {
+    clearTimeout(this.#expiryTimer);
+    const left = Math.max(0, this.#deadline - performance.now());
+    this.#expiryTimer = setTimeout(() => {
+      this.#lose(
+        new LeaseLostError({
+          status: 0,
+          code: "LeaseExpired",
+          message: `lease ${this.leaseId} was not renewed before it expired`,
+        }),
+      );
+    }, left);
+    this.#expiryTimer.unref();
+  }
+
+  #lose(cause: FenceApiError): void {
+    if (this.#state !== "held") return;
+    this.#state = "lost";
+    this.#stopTimers();
+    const error =
+      cause instanceof LeaseLostError
+        ? cause
+        : new LeaseLostError({
+            status: cause.status,
+            code: cause.code,
+            message: `lease ${this.leaseId} lost: ${cause.message}`,
+            body: cause.body,
+            requestId: cause.requestId,
+          });
+    this.#controller.abort(error);
+    this.#onLost?.(error);
+  }
+
+  #stopTimers(): void {
+    clearTimeout(this.#renewTimer);
+    clearTimeout(this.#expiryTimer);
+  }
+}
+
+/** Answers that say this holder no longer has the lease. */
+function isLoss(e: unknown): e is FenceApiError {
+  return e instanceof LeaseLostError || e instanceof LeaseNotFoundError || e instanceof AccessDeniedError;
+}

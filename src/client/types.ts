@@ -1,0 +1,60 @@
+/** The lease API's messages, as the client SDK sends and receives them (src/api/openapi.json). */
+
+/** A lease as the lease API sends it. */
+export type LeaseRecord = {
+  leaseId: string;
+  bucket: string;
+  key?: string;
+  prefix?: string;
+  owner: string;
+  /** The fencing token number: unique, strictly increasing in grant order. */
+  token: number;
+  /** The signed string a write carries (header `x-fence-token`); opaque. */
+  fencingToken: string;
+  ttlMs: number;
+  acquiredAt: string;
+  expiresAt: string;
+  state: "active" | "expired" | "released";
+};
+
+/** What to lease: one key, or every key under a prefix, of a bucket. */
+export type LeaseResource = { bucket: string; key?: string; prefix?: string };
+
+export type AcquireRequest = LeaseResource & {
+  ttlMs: number;
+  /** How long to wait for an overlapping lease to end (default 0: answer LeaseHeld at once). */
+  waitMs?: number;
+  /** A name for the holder (default: the access key id). */
+  owner?: string;
+};
+
+export type AuditRecord = {
+  seq: number;
+  time: string;
+  op: string;
+  bucket: string | null;
+  key: string | null;
+  prefix?: string | null;
+  token: number | null;
+  leaseId: string | null;
+  owner?: string | null;
+  principal: string | null;
+  decision: "accepted" | "rejected";
+  reason: string | null;
+  highestToken: number | null;
+  requestId: string | null;
+  gateway: string;
+};
+
+export type AuditQuery = {
+  bucket?: string;
+  key?: string;
+  prefix?: string;
+  leaseId?: string;
+  decision?: string;
+  op?: string;
+  since?: string;
+  until?: string;
+  limit?: string | number;
+  cursor?: string;
+};
