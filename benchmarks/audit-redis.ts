@@ -16,7 +16,7 @@ import { connectRedis, createRedisAuditLog } from "../src/audit/redis/redis-audi
 import { startRedis } from "../test/support/redis.js";
 import { type Row, table } from "./lib/report.js";
 
-export type AuditBenchOptions = { records: number; queries: number };
+export type AuditBenchOptions = { records: number; queries: number; budget?: number };
 
 const PREFIX = "{bench}";
 const T0 = Date.UTC(2026, 10, 1);
@@ -73,7 +73,12 @@ export async function auditRedisBench(opts: AuditBenchOptions): Promise<Row[]> {
       `filled ${opts.records} records in ${((Date.now() - started) / 1000).toFixed(1)} s; Redis uses ${(Number(memory) / 2 ** 20).toFixed(0)} MiB`,
     );
 
-    const log = await createRedisAuditLog({ redis, keyPrefix: PREFIX, gatewayId: "bench" });
+    const log = await createRedisAuditLog({
+      redis,
+      keyPrefix: PREFIX,
+      gatewayId: "bench",
+      ...(opts.budget ? { queryBudget: opts.budget } : {}),
+    });
     let rnd = 12345;
     const random = (n: number) => {
       rnd = (rnd * 1103515245 + 12345) % 2 ** 31;
@@ -153,8 +158,13 @@ if (import.meta.filename === process.argv[1]) {
     options: {
       records: { type: "string", default: "1000000" },
       queries: { type: "string", default: "200" },
+      budget: { type: "string" },
     },
   });
-  const rows = await auditRedisBench({ records: Number(values.records), queries: Number(values.queries) });
+  const rows = await auditRedisBench({
+    records: Number(values.records),
+    queries: Number(values.queries),
+    ...(values.budget ? { budget: Number(values.budget) } : {}),
+  });
   console.log(table(rows));
 }

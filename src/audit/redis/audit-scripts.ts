@@ -23,7 +23,7 @@ return audit_append(r)
  * streams read in one script cannot disagree about what was appended between them).
  *
  * ARGV: after (seq, exclusive), fetch (matches wanted), budget (work at most: a unit per record
- * read or index entry considered, a quarter for an entry read to check another filter),
+ * read, index entry considered or looked up, less for the cheaper reads that check a filter),
  * since ms or '', until ms or '', prefix or '', then index name, value pairs (equality filters).
  *
  * Returns {state, position, archived, matches...}: state 'full' (fetch matches found), 'end'
@@ -167,12 +167,12 @@ local function prefilter(ids)
       for _, s in ipairs(keep) do
         if redis.call('ZSCORE', ix[2], s) then next_keep[#next_keep + 1] = s end
       end
-    elseif (keep[#keep] - keep[1]) * ix[3] / log_len <= 8 * #keep then
+    elseif (keep[#keep] - keep[1]) * ix[3] / log_len <= 32 * #keep then
       -- A stream read in order over the candidates' span, when that span holds few entries.
       local have, from = {}, keep[1] - 1
       while true do
         local got = index_read(ix, from, keep[#keep], 1000)
-        examined = examined + #got / 4
+        examined = examined + #got / 10
         for _, s in ipairs(got) do have[s] = true end
         if #got < 1000 then break end
         from = got[#got]

@@ -180,6 +180,7 @@ describe("redis audit log", () => {
             op: i % 2 ? "PutObject" : "DeleteObject",
             decision: i % 2 || i % 30 === 0 ? "rejected" : "accepted",
             leaseId: `L${i % 37}`,
+            key: i % 100 ? "k" : "rare",
           }),
         ),
       );
@@ -198,7 +199,10 @@ describe("redis audit log", () => {
     // per candidate when that span is long.
     const only = (test: (r: AuditRecord) => boolean) => written.filter(test);
     expect(await walk(log, { key: "k", op: "DeleteObject", limit: 50 })).toEqual(
-      only((r) => r.op === "DeleteObject"),
+      only((r) => r.key === "k" && r.op === "DeleteObject"),
+    );
+    expect(await walk(log, { key: "rare", op: "DeleteObject", limit: 2 })).toEqual(
+      only((r) => r.key === "rare"),
     );
     expect(await walk(log, { leaseId: "L3", op: "DeleteObject", limit: 2 })).toEqual(
       only((r) => r.leaseId === "L3" && r.op === "DeleteObject"),
@@ -207,7 +211,7 @@ describe("redis audit log", () => {
       only((r) => r.leaseId === "L4" && r.op === "DeleteObject" && r.decision === "accepted"),
     );
     expect(await walk(log, { prefix: "k", decision: "rejected", limit: 3 })).toEqual(
-      written.filter((r) => r.decision === "rejected"),
+      written.filter((r) => r.key === "k" && r.decision === "rejected"),
     );
   });
 
