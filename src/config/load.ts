@@ -122,7 +122,10 @@ function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Reco
   for (const [k, v] of Object.entries(b)) {
     const prev = out[k];
     out[k] =
-      isPlainObject(prev) && isPlainObject(v) && k !== "backend" && k !== "leaseStore"
+      isPlainObject(prev) &&
+      isPlainObject(v) &&
+      k !== "backend" &&
+      (k !== "leaseStore" || prev.type === v.type)
         ? deepMerge(prev, v)
         : v;
   }

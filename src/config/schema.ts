@@ -126,7 +126,24 @@ const bucketRoute = z
 
 const leaseStore = z.discriminatedUnion("type", [
   z.object({ type: z.literal("embedded") }),
-  z.object({ type: z.literal("redis"), url: z.string().min(1) }),
+  z.object({
+    type: z.literal("redis"),
+    url: z.string().min(1),
+    /** Every key starts with this (a hash tag: one cluster slot), the same for every replica. */
+    keyPrefix: z.string().min(1).max(128).optional(),
+    /**
+     * Where token epochs live durably. Several replicas need a bucket of the shared storage
+     * backend; without it they live in the data directory, which only one gateway may use.
+     */
+    epochs: z
+      .object({ bucket: z.string().min(1), prefix: z.string().min(1).optional() })
+      .strict()
+      .optional(),
+    /** Redis settings that break mutual exclusion (an eviction policy): refuse (503) or only warn. */
+    unsafeSettings: z.enum(["refuse", "warn"]).default("refuse"),
+    /** A Redis command unanswered after this long fails, and the request answers 503. */
+    commandTimeoutMs: z.number().int().min(50).max(60_000).default(2_000),
+  }),
   z.object({ type: z.literal("redlock"), urls: z.array(z.string().min(1)).min(1) }),
 ]);
 

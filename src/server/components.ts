@@ -9,9 +9,9 @@ import type { BackendSpec, Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
 import { type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
-import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
 import type { LeaseStore } from "../leases/lease-store.js";
 import { openAuditLog } from "./audit-components.js";
+import { openLeaseStore } from "./lease-components.js";
 
 /**
  * The backend, lease store and audit log of one gateway. Co-located ones share a TxDomain
@@ -29,7 +29,7 @@ export type ComponentContext = { clock: Clock; gatewayId: string; log: Logger };
 
 /** Builds the backends, the lease store and the audit log the configuration asks for. */
 export async function openComponents(config: Config, ctx: ComponentContext): Promise<Components> {
-  if (config.leaseStore.type !== "embedded") {
+  if (config.leaseStore.type === "redlock") {
     throw new ConfigError(
       `leaseStore.type: the ${config.leaseStore.type} lease store is not available in this version`,
     );
@@ -54,7 +54,7 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
       });
     }
     const backend = new RoutedBackend({ routes, fallback });
-    const leaseStore = createEmbeddedLeaseStore({ db, clock: ctx.clock });
+    const leaseStore = await openLeaseStore(config, { db, backend, ctx });
     const audit = await openAuditLog(config, { db, ctx });
     return {
       backend,

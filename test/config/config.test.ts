@@ -206,7 +206,17 @@ describe("contract environment variables", () => {
     expect(loadConfig({ FENCEGATE_REDIS_URL: "redis://127.0.0.1:6379" }).leaseStore).toEqual({
       type: "redis",
       url: "redis://127.0.0.1:6379",
+      unsafeSettings: "refuse",
+      commandTimeoutMs: 2_000,
     });
+    // The URL from the environment keeps the file's other Redis settings (epochs, key prefix).
+    const dir = tempDir();
+    const file = join(dir.path, "fencegate.yaml");
+    writeFileSync(file, "leaseStore:\n  type: redis\n  url: redis://file:1\n  epochs: { bucket: sys }\n");
+    expect(
+      loadConfig({ FENCEGATE_CONFIG: file, FENCEGATE_REDIS_URL: "redis://env:2" }).leaseStore,
+    ).toMatchObject({ type: "redis", url: "redis://env:2", epochs: { bucket: "sys" } });
+    dir.cleanup();
     expect(
       loadConfig({ FENCEGATE_REDLOCK_URLS: "redis://a:1, redis://b:2 ,,redis://c:3" }).leaseStore,
     ).toEqual({ type: "redlock", urls: ["redis://a:1", "redis://b:2", "redis://c:3"] });
