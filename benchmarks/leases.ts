@@ -1,6 +1,8 @@
 /**
  * Lease acquire+release pairs per second through the lease API, against the gateway's own health
- * GET and a Hono hello-world on the same machine, 16 signing clients, alternating rounds.
+ * GET and a Hono hello-world on the same machine, 16 signing clients, alternating rounds; and the
+ * gateway's CPU time per pair next to its CPU time per health GET (what each costs the gateway,
+ * less sensitive to other load on the machine than the rates).
  *
  *   npx tsx benchmarks/leases.ts [--seconds 4] [--rounds 3]
  */
@@ -11,7 +13,7 @@ import { parseArgs } from "node:util";
 import { Endpoint } from "./lib/http-client.js";
 import { alternate, closedLoop } from "./lib/load.js";
 import { type Row, table } from "./lib/report.js";
-import { FENCEGATE_CREDS, startFencegate, startHonoHello } from "./lib/servers.js";
+import { cpuMsOf, FENCEGATE_CREDS, startFencegate, startHonoHello } from "./lib/servers.js";
 
 export type LeaseBenchOptions = { seconds: number; rounds: number; concurrency: number };
 
@@ -39,14 +41,24 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
     // Warm both servers (JIT, prepared statements) before anything is measured.
     await closedLoop(opts.concurrency, 1, (c, n) => leasePair(gw, c, n));
     await closedLoop(opts.concurrency, 0.5, () => hello.ok({ method: "GET", path: "/" }));
+    // The gateway's CPU time per operation, over all rounds: what a pair costs it next to what a
+    // health GET costs it, whatever else the machine is doing.
+    const cpu = { pairs: { ms: 0, ops: 0 }, health: { ms: 0, ops: 0 } };
     const results = await alternate(["pairs", "health", "hono"] as const, opts.rounds, async (target) => {
+      const before = cpuMsOf(fg.pid);
+      let rate: Awaited<ReturnType<typeof closedLoop>>;
       if (target === "pairs") {
-        return (await closedLoop(opts.concurrency, opts.seconds, (c, n) => leasePair(gw, c, n))).perSecond;
+        rate = await closedLoop(opts.concurrency, opts.seconds, (c, n) => leasePair(gw, c, n));
+      } else {
+        const ep = target === "health" ? gw : hello;
+        const path = target === "health" ? "/_fence/v1/health" : "/";
+        rate = await closedLoop(opts.concurrency, opts.seconds, () => ep.ok({ method: "GET", path }));
       }
-      const ep = target === "health" ? gw : hello;
-      const path = target === "health" ? "/_fence/v1/health" : "/";
-      return (await closedLoop(opts.concurrency, opts.seconds, () => ep.ok({ method: "GET", path })))
-        .perSecond;
+      if (target !== "hono") {
+        cpu[target].ms += cpuMsOf(fg.pid) - before;
+        cpu[target].ops += rate.ops;
+      }
+      return rate.perSecond;
     });
     return [
       {
@@ -63,6 +75,13 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
         unit: "pairs/s",
         baselineName: "Hono hello-world GET/s",
         baseline: results.hono.median,
+      },
+      {
+        name: "gateway CPU time per lease acquire+release pair",
+        value: cpu.pairs.ms / cpu.pairs.ops,
+        unit: "ms",
+        baselineName: "per health GET",
+        baseline: cpu.health.ms / cpu.health.ops,
       },
     ];
   } finally {

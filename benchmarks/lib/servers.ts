@@ -119,3 +119,13 @@ export function rssOf(pid: number): number {
   if (!kb) throw new Error(`no VmRSS for ${pid}`);
   return Number(kb[1]) * 1024;
 }
+
+/**
+ * CPU time (user + system) a process has used so far, in milliseconds (Linux /proc). Less
+ * sensitive than a rate to other load on the machine: what an operation costs the gateway.
+ */
+export function cpuMsOf(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
+  // utime and stime: fields 14 and 15 of stat, in clock ticks (100 a second on Linux).
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
