@@ -351,14 +351,26 @@ describe("stored headers and listings", () => {
     }
   });
 
-  it("refuses an empty continuation-token with InvalidArgument, as S3 does", async () => {
+  it("treats an empty continuation-token as none, as S3 does: lists from the start and echoes it empty", async () => {
+    for (const key of ["ct/a", "ct/b", "ct/c"]) expect((await put(key, key)).status).toBe(200);
     const res = await signedRequest(gw.url, {
       method: "GET",
       path: `/${bucket}`,
-      query: { "list-type": "2", "continuation-token": "" },
+      query: { "list-type": "2", prefix: "ct/", "continuation-token": "" },
     });
-    const err = expectS3Error(res, "InvalidArgument", 400);
-    expect(err.Message).toBe("The continuation token provided is incorrect");
+    expect(res.status, res.text).toBe(200);
+    expect(res.text).toMatch(/<ContinuationToken(><\/ContinuationToken>|\/>)/);
+    expect(res.text).toContain("<IsTruncated>false</IsTruncated>");
+    expect([...res.text.matchAll(/<Key>([^<]*)<\/Key>/g)].map((m) => m[1])).toEqual(["ct/a", "ct/b", "ct/c"]);
+    // A token that is not one this gateway issued is still refused.
+    const made = await signedRequest(gw.url, {
+      method: "GET",
+      path: `/${bucket}`,
+      query: { "list-type": "2", "continuation-token": "bm9wZQ" },
+    });
+    expect(expectS3Error(made, "InvalidArgument", 400).Message).toBe(
+      "The continuation token provided is incorrect",
+    );
   });
 
   it("refuses query parameters that are not percent-encoded UTF-8, and listing parameters with control characters", async () => {

@@ -17,7 +17,8 @@ export const listObjectsV2: S3Operation = async (req, { backend }) => {
   const prefix = textParam(q, "prefix") ?? "";
   const delimiter = textParam(q, "delimiter") || undefined;
   const maxKeys = maxKeysOf(req);
-  const after = continuation !== null ? decodeContinuation(continuation) : startAfter;
+  // An empty token is no token (S3 lists from the start and echoes it back empty).
+  const after = continuation ? decodeContinuation(continuation) : startAfter;
   const result = await backend.listObjects({ bucket, prefix, delimiter, startAfter: after, maxKeys });
   const owner = q.get("fetch-owner") === "true" ? ownerOf(req.principal) : undefined;
   return {
