@@ -17,7 +17,9 @@ export type OpenEmbeddedDbOptions = {
  * and takes the data directory for this process.
  *
  * synchronous=FULL: a commit returns only after the WAL is fsync'ed, so an acknowledged
- * write, a granted token and an audit record survive kill -9 and power loss alike.
+ * write, a granted token and an audit record survive kill -9 and power loss alike. The domain
+ * of the stores (domain.ts) switches to synchronous=NORMAL and fsyncs the WAL itself, off the
+ * event loop, before it answers anyone: the same promise, one fsync for many commits.
  * locking_mode=EXCLUSIVE: the file lock is held until the process exits (the kernel drops it
  * on kill -9), so a second gateway on the same directory cannot open it.
  */
