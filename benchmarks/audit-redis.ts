@@ -79,11 +79,7 @@ export async function auditRedisBench(opts: AuditBenchOptions): Promise<Row[]> {
       gatewayId: "bench",
       ...(opts.budget ? { queryBudget: opts.budget } : {}),
     });
-    let rnd = 12345;
-    const random = (n: number) => {
-      rnd = (rnd * 1103515245 + 12345) % 2 ** 31;
-      return rnd % n;
-    };
+    const random = (n: number) => Math.floor(Math.random() * n);
     const at = (ms: number) => new Date(T0 + ms).toISOString();
     const n = opts.records;
     const filters: Array<[string, () => Omit<AuditQuery, "limit">]> = [

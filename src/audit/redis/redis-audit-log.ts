@@ -39,8 +39,12 @@ export type RedisAuditLog = AuditLog & {
   archiveNow(): Promise<number>;
 };
 
-/** Records examined per query page at most (Redis runs nothing else meanwhile). */
-export const DEFAULT_QUERY_BUDGET = 5_000;
+/**
+ * Work per query page at most (about one record read or index entry considered per unit):
+ * Redis runs nothing else while a page is read, lease operations of every replica included,
+ * so a page of a rare combination of filters answers early with a cursor instead.
+ */
+export const DEFAULT_QUERY_BUDGET = 2_000;
 
 /**
  * A Redis connection that fails closed: no offline queue and no resending after a reconnect,
