@@ -1,0 +1,26 @@
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { loadConfig } from "../../../src/config/load.js";
+import { ROOT } from "../../support/gateway.js";
+
+describe("config/ examples for Redis", () => {
+  it("config/redis.yaml: one Redis, epochs in the data directory", () => {
+    const config = loadConfig({ FENCEGATE_CONFIG: join(ROOT, "config/redis.yaml") });
+    expect(config.leaseStore).toEqual({
+      type: "redis",
+      url: "redis://127.0.0.1:6379",
+      keyPrefix: "{fencegate}",
+      unsafeSettings: "refuse",
+      commandTimeoutMs: 2_000,
+    });
+  });
+
+  it("config/redis-replicas.yaml: epochs in a bucket of the shared S3 backend", () => {
+    const config = loadConfig({ FENCEGATE_CONFIG: join(ROOT, "config/redis-replicas.yaml") });
+    expect(config.backend.type).toBe("s3");
+    expect(config.leaseStore).toMatchObject({
+      type: "redis",
+      epochs: { bucket: "fencegate-system", prefix: ".fencegate/redis-epochs/" },
+    });
+  });
+});
