@@ -56,7 +56,8 @@ function sourceFiles(dir: string): string[] {
 function resolveSpecifier(from: string, specifier: string): string | null {
   const target = resolve(dirname(from), specifier);
   const candidates = [target.replace(/\.js$/, ".ts"), target, `${target}.ts`, join(target, "index.ts")];
-  return candidates.find((c) => c.endsWith(".ts") && existsSync(c)) ?? null;
+  // A JSON module (import … with { type: "json" }) is a file too.
+  return candidates.find((c) => /\.(ts|json)$/.test(c) && existsSync(c)) ?? null;
 }
 
 function addEdge(graph: Graph, from: string, to: string) {
