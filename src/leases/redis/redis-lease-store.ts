@@ -12,6 +12,7 @@ import { decodeIntents, decodeLease, decodeLeases } from "./lease-codec.js";
 import { BEGIN_COMMIT, FORGET_INTENTS } from "./lua/intent-scripts.js";
 import {
   ACQUIRE,
+  BREAK,
   COLLECT_EXPIRED,
   FIND_COVERING,
   FIND_NEWER,
@@ -75,6 +76,7 @@ const SCRIPTS = {
   acquire: new LuaScript("acquire", ACQUIRE),
   renew: new LuaScript("renew", RENEW),
   release: new LuaScript("release", RELEASE),
+  breakLease: new LuaScript("break", BREAK),
   collectExpired: new LuaScript("collect-expired", COLLECT_EXPIRED),
   sweep: new LuaScript("sweep", SWEEP),
   get: new LuaScript("get", GET),
@@ -268,6 +270,15 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       const [status, value] = (await run(SCRIPTS.release, [leaseId])) as [string, unknown];
       if (status === "notfound") throw notFound(leaseId);
       return decodeLease(value)!;
+    },
+
+    async breakLease(leaseId) {
+      const reply = await runWithFloor(SCRIPTS.breakLease, [leaseId]);
+      if (reply[0] === "notfound") throw notFound(leaseId);
+      return {
+        lease: decodeLease(reply[1])!,
+        fence: { token: Number(reply[2]), intents: decodeIntents(reply[3]) },
+      };
     },
 
     async list({ bucket, prefix }) {

@@ -198,3 +198,26 @@ end
 redis.call('HSET', P .. ':floor', 'epoch', fmt(e), 'last', fmt(e * EPOCH_SPAN), 'runid', run)
 return {'installed', fmt(e)}
 `;
+
+/**
+ * ARGV[3]: lease id. An administrator's break: ends the lease (released if active, its expiry
+ * reported if it had expired unnoticed) and, in the same step, takes a fresh token and lists the
+ * intents under its resource, for the caller to fence at once. Answers {'broken', lease, token,
+ * intents}, {'notfound'} or {'epoch'}.
+ */
+export const BREAK = `${PRELUDE}
+local id = ARGV[3]
+local l = lease(id)
+if not l or not is_open(l) then return {'notfound'} end
+local now = clock(true)
+-- The token first: while the floor is unknown nothing changes.
+local tok = take_token()
+if not tok then return {'epoch'} end
+if is_active(l, now) then
+  redis.call('HSET', LEASE .. id, 'rel', fmt(now))
+  end_lease(l, now, now)
+else
+  end_lease(l, l.exp, now)
+end
+return {'broken', redis.call('HGETALL', LEASE .. id), fmt(tok), intents_under(l.b, l.k, l.p)}
+`;
