@@ -251,8 +251,12 @@ describe("replicas on one Redis: a commit paused between its lease check and its
     // Every acknowledged increment is in the final values.
     for (const key of keys) expect(await read(replicas[0]!, key), key).toBe(acked.get(key) ?? 0);
     // Both orders happened often, and each paused commit was refused as superseded.
-    expect(outcomes.get("A after B wrote: StaleFencingToken") ?? 0).toBeGreaterThanOrEqual(Math.floor(runs / 8));
-    expect(outcomes.get("A after B read: StaleFencingToken") ?? 0).toBeGreaterThanOrEqual(Math.floor(runs / 8));
+    expect(outcomes.get("A after B wrote: StaleFencingToken") ?? 0).toBeGreaterThanOrEqual(
+      Math.floor(runs / 8),
+    );
+    expect(outcomes.get("A after B read: StaleFencingToken") ?? 0).toBeGreaterThanOrEqual(
+      Math.floor(runs / 8),
+    );
 
     // Every write decision of every replica is in the one audit log, in one order.
     const records: AuditRecord[] = [];
