@@ -161,14 +161,19 @@ const audit = z
       .object({
         maxRecords: z.number().int().min(1_000).optional(),
         maxAgeMs: z.number().int().min(60_000).optional(),
-        /** Shared by every replica (a network volume): queries read archived records there. */
-        archiveDir: z.string().min(1),
+        /** Segments in a directory every replica reads (a shared volume); or: */
+        archiveDir: z.string().min(1).optional(),
+        /** segments in a bucket of the storage backend, of their own (under `.fencegate/audit/`). */
+        archiveBucket: z.string().min(1).optional(),
         segmentRecords: z.number().int().min(100).max(1_000_000).default(10_000),
         intervalMs: z.number().int().min(0).default(60_000),
       })
       .strict()
       .refine((r) => r.maxRecords !== undefined || r.maxAgeMs !== undefined, {
         message: "give maxRecords, maxAgeMs or both",
+      })
+      .refine((r) => (r.archiveDir === undefined) !== (r.archiveBucket === undefined), {
+        message: "give archiveDir or archiveBucket (one of them)",
       })
       .optional(),
   })

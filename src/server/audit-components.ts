@@ -3,11 +3,13 @@ import type { AuditLog } from "../audit/audit-log.js";
 import { createEmbeddedAuditLog } from "../audit/embedded/embedded-audit-log.js";
 import { createDirArchiveStore } from "../audit/redis/archive-store.js";
 import { createRedisAuditLog, openRedis, redisReady } from "../audit/redis/redis-audit-log.js";
+import type { StorageBackend } from "../backends/storage-backend.js";
 import { ConfigError } from "../config/load.js";
 import type { Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
 import type { EmbeddedDb } from "../embedded/db.js";
+import { createBackendArchiveStore } from "./backend-archive-store.js";
 
 /**
  * The audit log the configuration asks for: in Redis, shared by every replica, when
@@ -16,9 +18,9 @@ import type { EmbeddedDb } from "../embedded/db.js";
  */
 export async function openAuditLog(
   config: Config,
-  env: { db: EmbeddedDb; ctx: { clock: Clock; gatewayId: string; log: Logger } },
+  env: { db: EmbeddedDb; ctx: { clock: Clock; gatewayId: string; log: Logger }; backend: StorageBackend },
 ): Promise<AuditLog> {
-  const { db, ctx } = env;
+  const { db, ctx, backend } = env;
   const leaseRedis = config.leaseStore.type === "redis" ? config.leaseStore.url : undefined;
   const type = config.audit.type ?? (leaseRedis !== undefined ? "redis" : "embedded");
   if (type === "embedded") return createEmbeddedAuditLog({ db, gatewayId: ctx.gatewayId, clock: ctx.clock });
@@ -45,7 +47,10 @@ export async function openAuditLog(
     ...(r
       ? {
           retention: {
-            archive: createDirArchiveStore(resolve(r.archiveDir)),
+            archive:
+              r.archiveBucket !== undefined
+                ? createBackendArchiveStore({ backend, bucket: r.archiveBucket })
+                : createDirArchiveStore(resolve(r.archiveDir!)),
             ...(r.maxRecords !== undefined ? { maxRecords: r.maxRecords } : {}),
             ...(r.maxAgeMs !== undefined ? { maxAgeMs: r.maxAgeMs } : {}),
             segmentRecords: r.segmentRecords,

@@ -55,7 +55,7 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
     }
     const backend = new RoutedBackend({ routes, fallback });
     const leaseStore = await openLeaseStore(config, { db, backend, ctx });
-    const audit = await openAuditLog(config, { db, ctx });
+    const audit = await openAuditLog(config, { db, ctx, backend });
     return {
       backend,
       leaseStore,

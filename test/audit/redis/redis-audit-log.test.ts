@@ -13,7 +13,9 @@ import {
   type RedisAuditLog,
   type RedisAuditLogOptions,
 } from "../../../src/audit/redis/redis-audit-log.js";
+import { createMemoryBackend } from "../../../src/backends/memory/memory-backend.js";
 import { fakeClock } from "../../../src/core/clock.js";
+import { createBackendArchiveStore } from "../../../src/server/backend-archive-store.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";
 import { requireTools } from "../../support/tools.js";
@@ -389,6 +391,38 @@ return audit_append({t = ARGV[3], op = 'LeaseAcquired', b = 'b', p = 'logs/', to
       expect(await log.archiveNow()).toBe(40 - 20);
       const rest = await walk(log, { limit: 6, cursor: head.nextCursor! } as AuditQuery);
       expect([...head.records, ...rest]).toEqual(written);
+    });
+
+    it("archives to a bucket of the storage backend just as well", async () => {
+      const backend = createMemoryBackend();
+      await backend.createBucket("audit-archive");
+      const archive = createBackendArchiveStore({ backend, bucket: "audit-archive" });
+      const clock = fakeClock();
+      const prefix = freshPrefix();
+      const retention = { archive, maxRecords: 5, segmentRecords: 4, intervalMs: 0 };
+      const log = await replica(prefix, "gw-1", { clock, retention });
+      const written = await writeMany(log, clock, 23);
+      expect(await log.archiveNow()).toBe(18);
+      const names = (await archive.list()).sort();
+      expect(names).toHaveLength(5);
+      const lines = (await Promise.all(names.map((n) => archive.get(n))))
+        .map((b) => b.toString("utf8"))
+        .join("");
+      expect(
+        lines
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l)),
+      ).toEqual(written.slice(0, 18));
+      const other = await replica(prefix, "gw-2", { clock, retention });
+      expect(await walk(other, { limit: 3 })).toEqual(written);
+      expect(await walk(other, { key: "logs/2", decision: "accepted", limit: 2 })).toEqual(
+        written.filter((r) => r.key === "logs/2" && r.decision === "accepted"),
+      );
+      // A replica without the archive cannot answer for archived records: it says so (503).
+      const blind = await replica(prefix, "gw-3", { clock });
+      await expect(blind.query({ limit: 10 })).rejects.toMatchObject({ code: "ServiceUnavailable" });
+      expect((await blind.query({ limit: 10, cursor: encodeCursor(18) })).records).toEqual(written.slice(18));
     });
 
     it("lets one replica move each record once when several archive at the same time", async () => {
