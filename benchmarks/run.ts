@@ -3,13 +3,14 @@
  * its baseline from the same run (medians of alternating rounds where the figure is a rate).
  * Sized to finish in under 10 minutes on a 2-core machine. `npm run bench`.
  *
- *   npx tsx benchmarks/run.ts [--quick] [--only leases,put-get,growth,memory,streaming] [--out file.md]
+ *   npx tsx benchmarks/run.ts [--quick] [--only leases,put-get,growth,memory,streaming,audit-redis] [--out file.md]
  *
  * --quick shortens every benchmark (one round, smaller states) to check that the suite runs.
  */
 import { writeFileSync } from "node:fs";
 import { cpus, loadavg, totalmem } from "node:os";
 import { parseArgs } from "node:util";
+import { auditRedisBench } from "./audit-redis.js";
 import { growthBench } from "./growth.js";
 import { leaseBench } from "./leases.js";
 import { type Row, table } from "./lib/report.js";
@@ -52,6 +53,7 @@ const suites: Array<[string, () => Promise<Row[]>]> = [
     () => memoryBench({ clients: 32, mib: quick ? 8 : 64, stalled: 8, stallMs: quick ? 1000 : 3000 }),
   ],
   ["streaming", () => streamingBench({ rounds: quick ? 1 : 3, sizesMiB: quick ? [64] : [256, 1024] })],
+  ["audit-redis", () => auditRedisBench({ records: quick ? 100_000 : 1_000_000, queries: quick ? 20 : 100 })],
 ];
 
 const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
