@@ -68,7 +68,10 @@ describe("racing commits from two clients on one store", () => {
   const BODIES = ["alpha", "beta".repeat(700), "gamma".repeat(50)];
   const bodyOf = (op: Op) => BODIES[op.token % BODIES.length]!;
 
-  it("never lowers an HCT, never shows a refused write, and ends with the highest accepted token's state", async () => {
+  // 1,000 operations through a second gateway take ~20 s on an idle 2-core machine; more when busy.
+  it("never lowers an HCT, never shows a refused write, and ends with the highest accepted token's state", {
+    timeout: 240_000,
+  }, async () => {
     let nextToken = 1;
     let issued = 0;
     const outcomes: Outcome[] = [];
