@@ -3,7 +3,8 @@
  * - lease acquire+release with 100,000 live leases (key and prefix leases, one bucket) against a
  *   store holding one, alternating rounds (target: within 1.2x, i.e. a rate ratio >= 0.83);
  * - audit queries over 1,000,000 records, p95 latency per filter, against 1,000 records
- *   (target: p95 < 100 ms);
+ *   (target: p95 < 100 ms), and the gateway's mean CPU time per query (the cost, less sensitive
+ *   to other load on the machine);
  * - a ListObjectsV2 page from a bucket of 1,000,000 objects against one of 1,000.
  *
  *   npx tsx benchmarks/growth.ts [--seconds 3] [--rounds 3] [--leases 100000] [--records 1000000] [--objects 1000000]
@@ -17,7 +18,7 @@ import { Endpoint } from "./lib/http-client.js";
 import { alternate, closedLoop, percentile } from "./lib/load.js";
 import { AUDIT_SHAPE, auditKey, populateAudit, populateLeases, populateObjects } from "./lib/populate.js";
 import { type Row, table } from "./lib/report.js";
-import { FENCEGATE_CREDS, type Server, startFencegate } from "./lib/servers.js";
+import { cpuMsOf, FENCEGATE_CREDS, type Server, startFencegate } from "./lib/servers.js";
 
 export type GrowthOptions = {
   seconds: number;
@@ -48,13 +49,13 @@ async function mixedPair(gw: Endpoint, client: number, n: number): Promise<void>
 
 async function withGateways<T>(
   dirs: string[],
-  run: (eps: Endpoint[]) => Promise<T>,
+  run: (eps: Endpoint[], servers: Server[]) => Promise<T>,
   concurrency: number,
 ): Promise<T> {
   const servers: Server[] = await Promise.all(dirs.map((d, i) => startFencegate(d, {}, `fencegate-${i}`)));
   const eps = servers.map((s) => new Endpoint(s.name, s.url, FENCEGATE_CREDS, concurrency));
   try {
-    return await run(eps);
+    return await run(eps, servers);
   } finally {
     for (const ep of eps) ep.close();
     await Promise.all(servers.map((s) => s.stop()));
@@ -157,12 +158,25 @@ async function auditGrowth(dir: string, opts: GrowthOptions): Promise<Row[]> {
   populateAudit(large, opts.records);
   return withGateways(
     [small, large],
-    async ([few, many]) => {
+    async ([few, many], [fewServer, manyServer]) => {
       const rows: Row[] = [];
+      const cpu: Row[] = [];
       for (const c of auditCases()) {
         await auditLatencies(many!, c, 3); // warm the statements
+        // The gateway's CPU time per query too: what a query costs, whatever else runs.
+        let before = cpuMsOf(fewServer!.pid);
         const base = await auditLatencies(few!, c, opts.queries);
+        const baseCpu = (cpuMsOf(fewServer!.pid) - before) / base.length;
+        before = cpuMsOf(manyServer!.pid);
         const big = await auditLatencies(many!, c, opts.queries);
+        const bigCpu = (cpuMsOf(manyServer!.pid) - before) / big.length;
+        cpu.push({
+          name: `audit query gateway CPU (mean), filter ${c.filter}`,
+          value: bigCpu,
+          unit: "ms",
+          baselineName: "1,000 records",
+          baseline: baseCpu,
+        });
         rows.push({
           name: `audit query p95, filter ${c.filter}, ${opts.records.toLocaleString("en")} records`,
           value: percentile(big, 95),
@@ -172,7 +186,7 @@ async function auditGrowth(dir: string, opts: GrowthOptions): Promise<Row[]> {
           target: { kind: "value<=", bound: 100 },
         });
       }
-      return rows;
+      return [...rows, ...cpu];
     },
     1,
   );

@@ -37,10 +37,12 @@ export type EmbeddedDomainOptions = {
  * Durability: on a database in WAL mode the COMMIT itself does not fsync (synchronous=NORMAL:
  * the WAL frames are written, in order, to the file); the domain then fsyncs the WAL file on the
  * thread pool and answers the batch's callers only once that fsync has returned, i.e. once their
- * changes are on disk. One fsync is in flight at a time; batches committed meanwhile wait for the
- * next one, which covers them all (every frame before it in the file), so callers are answered
- * in commit order and never before everything they could have depended on is durable. While the
- * disk works, the event loop serves other requests and runs the next batch's steps. SQLite
+ * changes are on disk. While that fsync is in flight, new steps only queue: when it returns,
+ * its callers are answered and the steps queued meanwhile run as the next batch, then the next
+ * fsync starts. So a batch grows with the disk's latency, one fsync covers it, callers are
+ * answered in commit order and never before everything they could have depended on is durable
+ * (every frame before theirs in the file), and while the disk works the event loop serves other
+ * requests. SQLite
  * itself fsyncs the WAL before each checkpoint and the database file after it. A failed fsync
  * leaves nothing known to be durable: the waiting callers get the error, and so does every later
  * step (the gateway must be restarted, and recovers from what is on disk). Any other journal
@@ -96,11 +98,16 @@ export class EmbeddedDomain implements TxDomain {
     if (this.broken) return Promise.reject(this.broken);
     return new Promise<T>((resolve, reject) => {
       this.queue.push({ step, resolve: resolve as (value: unknown) => void, reject });
-      if (!this.scheduled) {
-        this.scheduled = true;
-        nextTurn(this.flush);
-      }
+      // During an fsync the queue grows; the fsync's end schedules the next batch.
+      if (!this.syncing) this.schedule();
     });
+  }
+
+  private schedule(): void {
+    if (!this.scheduled) {
+      this.scheduled = true;
+      nextTurn(this.flush);
+    }
   }
 
   /** Runs the steps queued so far now, instead of on the next turn (shutdown). */
@@ -113,6 +120,10 @@ export class EmbeddedDomain implements TxDomain {
     const batch = this.queue;
     this.queue = [];
     if (batch.length === 0) return;
+    if (this.broken) {
+      for (const pending of batch) pending.reject(this.broken);
+      return;
+    }
     let outcomes: Outcome[];
     try {
       outcomes = batch.length === 1 ? [this.runAlone(batch[0]!)] : this.runTogether(batch);
@@ -162,6 +173,7 @@ export class EmbeddedDomain implements TxDomain {
         });
       for (const answer of covered) answer(this.broken);
       if (this.awaitingSync.length > 0) this.syncWal();
+      else if (this.queue.length > 0) this.schedule();
     };
     const wal = this.wal!;
     open(wal, "r", (openErr, fd) => {

@@ -182,22 +182,25 @@ describe("EmbeddedDomain answers after the WAL fsync", () => {
     expect(answered).toEqual(["a", "b"]);
   });
 
-  it("lets the next batches commit during an fsync and covers them with one more, in order", async () => {
+  it("queues the steps that arrive during an fsync and runs them as one batch when it returns", async () => {
     const answered: string[] = [];
     const first = domain.run(insert("a")).then(() => answered.push("a"));
     await settle();
     expect(held).toHaveLength(1);
-    // Two more batches while the first fsync is in flight: both commit, neither starts an fsync.
+    // Two more steps, in different turns, while the first fsync is in flight: they wait.
     const second = domain.run(insert("b")).then(() => answered.push("b"));
     await settle();
     const third = domain.run(insert("c")).then(() => answered.push("c"));
     await settle();
-    expect(domain.stats.batches).toBe(3);
-    expect(held).toHaveLength(1);
+    expect(domain.stats.batches).toBe(1);
+    expect(db.prepare("SELECT count(*) AS n FROM t").get()).toEqual({ n: 1 });
     await finishSync();
     expect(answered).toEqual(["a"]);
-    // One fsync for both batches committed meanwhile.
+    // Then one batch for both, and one fsync for it.
+    expect(domain.stats.batches).toBe(2);
+    expect(domain.stats.largestBatch).toBe(2);
     expect(held).toHaveLength(1);
+    expect(answered).toEqual(["a"]);
     await finishSync();
     await Promise.all([first, second, third]);
     expect(answered).toEqual(["a", "b", "c"]);

@@ -138,9 +138,15 @@ describe("fs backend inline bodies", () => {
     const tmp = join(fx.dataDir, "blobs", "tmp");
     const watch = setInterval(async () => {
       for (const name of await readdir(tmp).catch(() => [])) {
-        const { size } = await stat(join(tmp, name)).catch(() => ({ size: 0 }));
+        const sentBefore = sent;
+        // Gone between readdir and stat (renamed into place): no sample, not an empty file.
+        const size = await stat(join(tmp, name)).then(
+          (s) => s.size,
+          () => null,
+        );
+        if (size === null) continue;
         stored.bytes = Math.max(stored.bytes, size);
-        maxAhead = Math.max(maxAhead, sent - size);
+        maxAhead = Math.max(maxAhead, sentBefore - size);
       }
     }, 5);
     try {
