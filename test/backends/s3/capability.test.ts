@@ -1,8 +1,11 @@
 import { randomUUID } from "node:crypto";
+import { CreateBucketCommand } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createS3Backend, type S3Backend } from "../../../src/backends/s3/index.js";
 import { fencedCommit } from "../../../src/fence/commit.js";
 import { metadataOf, readAll, verifiedBody } from "../../support/bodies.js";
+import { startTestGateway } from "../../support/gateway.js";
+import { expectS3Error, signedRequest } from "../../support/signed-http.js";
 import { backendOptions, type S3Fixture, s3Fixture } from "./s3-fixture.js";
 import { S3RVER_CREDENTIALS, startS3rver } from "./s3rver.js";
 
@@ -88,6 +91,51 @@ describe("the conditional-write capability check", () => {
       ),
     ).rejects.toMatchObject({ code: "ServiceUnavailable", message: refusal() });
     expect((await backend.listBuckets()).map((b) => b.name)).toContain(scratch);
+  });
+
+  it("through a gateway: a fenced write to a bucket on s3rver is answered 503 with the reason; with verifyBucket the gateway does not start", async () => {
+    const env = {
+      FENCEGATE_BACKEND: "s3",
+      FENCEGATE_S3_ENDPOINT: s3rver.url,
+      FENCEGATE_S3_ACCESS_KEY_ID: S3RVER_CREDENTIALS.accessKeyId,
+      FENCEGATE_S3_SECRET_ACCESS_KEY: S3RVER_CREDENTIALS.secretAccessKey,
+      FENCEGATE_S3_FORCE_PATH_STYLE: "true",
+    };
+    const gateway = await startTestGateway({ env });
+    const s3 = gateway.s3();
+    try {
+      const bucket = `fg-cap-gw-${randomUUID().slice(0, 8)}`;
+      await s3.send(new CreateBucketCommand({ Bucket: bucket }));
+      const lease = await gateway.leases.acquire({ bucket, key: "k", ttlMs: 10_000 });
+      const refused = await signedRequest(gateway.url, {
+        method: "PUT",
+        path: `/${bucket}/k`,
+        headers: { "x-fence-token": lease.fencingToken },
+        body: "must not land",
+      });
+      const error = expectS3Error(refused, "ServiceUnavailable", 503);
+      expect(error.Message).toBe(refusal());
+      const records = await gateway.leases.audit({ bucket, key: "k", op: "PutObject" });
+      expect(records.records).toMatchObject([{ decision: "rejected", reason: "ServiceUnavailable" }]);
+    } finally {
+      s3.destroy();
+      await gateway.stop();
+    }
+    await expect(
+      startTestGateway({
+        env,
+        overrides: {
+          backend: {
+            type: "s3",
+            endpoint: s3rver.url,
+            accessKeyId: S3RVER_CREDENTIALS.accessKeyId,
+            secretAccessKey: S3RVER_CREDENTIALS.secretAccessKey,
+            forcePathStyle: true,
+            verifyBucket: "fg-scratch",
+          },
+        },
+      }),
+    ).rejects.toThrow(/ignores If-None-Match on PutObject/);
   });
 
   it("still reads what s3rver holds (reading needs no compare-and-swap)", async () => {
