@@ -14,6 +14,7 @@ import { Endpoint, objectPath } from "./lib/http-client.js";
 import { alternate, closedLoop } from "./lib/load.js";
 import { type Row, table } from "./lib/report.js";
 import {
+  cpuMsOf,
   FENCEGATE_CREDS,
   S3RVER_CREDS,
   type Server,
@@ -30,7 +31,12 @@ export type PutGetOptions = {
   sizesKiB?: number[];
 };
 
-type Target = { name: "fencegate" | "direct" | "s3rver"; ep: Endpoint; headers: Record<string, string> };
+type Target = {
+  name: "fencegate" | "direct" | "s3rver";
+  ep: Endpoint;
+  headers: Record<string, string>;
+  pid: number;
+};
 
 const KiB = 1024;
 
@@ -66,13 +72,20 @@ export async function putGetBench(opts: PutGetOptions): Promise<Row[]> {
         name: "fencegate",
         ep: new Endpoint("fencegate", fg.url, FENCEGATE_CREDS, opts.concurrency),
         headers: {},
+        pid: fg.pid,
       },
       {
         name: "direct",
         ep: new Endpoint("direct", direct.url, FENCEGATE_CREDS, opts.concurrency),
         headers: {},
+        pid: direct.pid,
       },
-      { name: "s3rver", ep: new Endpoint("s3rver", s3rver.url, S3RVER_CREDS, opts.concurrency), headers: {} },
+      {
+        name: "s3rver",
+        ep: new Endpoint("s3rver", s3rver.url, S3RVER_CREDS, opts.concurrency),
+        headers: {},
+        pid: s3rver.pid,
+      },
     ];
     endpoints.push(...targets.map((t) => t.ep));
     for (const t of targets) await t.ep.ok({ method: "PUT", path: "/bench" });
@@ -91,17 +104,23 @@ export async function putGetBench(opts: PutGetOptions): Promise<Row[]> {
         await Promise.all(Array.from({ length: opts.concurrency }, (_, c) => put(t, keyOf(c), body)));
       }
       for (const op of ["PUT", "GET"] as const) {
+        // Each server's CPU time per operation over all rounds: what the operation costs it.
+        const cpu = { fencegate: { ms: 0, ops: 0 }, direct: { ms: 0, ops: 0 }, s3rver: { ms: 0, ops: 0 } };
         const results = await alternate(
           ["fencegate", "direct", "s3rver"] as const,
           opts.rounds,
           async (name) => {
             const t = byName[name];
+            const before = cpuMsOf(t.pid);
             const rate = await closedLoop(opts.concurrency, opts.seconds, (c) =>
               op === "PUT" ? put(t, keyOf(c), body) : get(t, keyOf(c)),
             );
+            cpu[name].ms += cpuMsOf(t.pid) - before;
+            cpu[name].ops += rate.ops;
             return rate.perSecond;
           },
         );
+        const perOp = (name: Target["name"]) => cpu[name].ms / cpu[name].ops;
         const fgRate = results.fencegate.median;
         const vsS3rver: Row = {
           name: `${op} ${label}${op === "PUT" ? " fenced" : ""}`,
@@ -121,6 +140,16 @@ export async function putGetBench(opts: PutGetOptions): Promise<Row[]> {
         }
         if (label === "4 KiB" && op === "GET") vsS3rver.target = { kind: "ratio>=", bound: 2 };
         rows.push(vsS3rver, vsDirect);
+        if (label === "4 KiB") {
+          const cpuRow: Row = {
+            name: `server CPU time per ${op} ${label}`,
+            value: perOp("fencegate"),
+            unit: "ms",
+            baselineName: "s3rver",
+            baseline: perOp("s3rver"),
+          };
+          rows.push(cpuRow, { ...cpuRow, baselineName: "direct fsync+rename", baseline: perOp("direct") });
+        }
       }
     }
     return rows;
