@@ -5,7 +5,10 @@
  *
  * A script that includes AUDIT_APPEND_LUA defines `P` (the deployment's key prefix, KEYS[1])
  * before it, and calls `audit_append(r)` with `r` a table of record fields (AUDIT_FIELDS, all
- * strings, `t` the time in ms, absent fields nil). It returns the record's seq.
+ * strings, `t` the time in ms, absent fields nil). It returns the record's seq. Before changing
+ * anything it calls `audit_ready()` and refuses when it is false (Redis writes made before an
+ * error in a script stay): the log's counter is gone, Redis lost its data, and the gateway
+ * restores the counter above every seq given out before the log takes records again.
  *
  * Layout under the deployment's key prefix P (every key carries the same hash tag):
  * - `P:a`               the log: one stream entry per record, id `0-<seq>`, in commit order;
@@ -55,6 +58,9 @@ export const DEFAULT_REDIS_KEY_PREFIX = "{fencegate}";
 /** Lua: `audit_append(r)` appends record `r` (field -> string, `t` in ms) and returns its seq. */
 export const AUDIT_APPEND_LUA = `
 local AUDIT_FIELDS = {${AUDIT_FIELDS.map((f) => `'${f}'`).join(", ")}}
+-- The counter exists from the log's first start on (the gateway creates it); without it the
+-- next seqs would repeat ones already given out.
+local function audit_ready() return redis.call('EXISTS', P .. ':a:seq') == 1 end
 local function audit_append(r)
   local A = P .. ':a'
   -- The seq is taken here, inside the script that writes the record, never before it: Redis

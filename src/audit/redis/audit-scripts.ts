@@ -12,6 +12,8 @@ export const APPEND = new LuaScript(
   `
 local P = KEYS[1]
 ${AUDIT_APPEND_LUA}
+-- A log whose counter is gone takes nothing until the gateway has restored it.
+if not audit_ready() then return redis.error_reply('AUDITLOST the audit log counter is missing') end
 local r = {}
 for i = 1, #ARGV, 2 do r[ARGV[i]] = ARGV[i + 1] end
 return audit_append(r)
@@ -314,6 +316,31 @@ for key, what in pairs(keys) do
     redis.call('ZREM', A .. ':n:' .. what[1], what[2])
   end
 end
+return 1
+`,
+);
+
+/**
+ * Creates the log's counter when it is missing: at the first start of a deployment, or after
+ * Redis lost its data. ARGV: the floor (no seq at or below it is given out again: the highest
+ * seq in the archive, or seen by this gateway), then descriptions (JSON) of archive segments to
+ * register again, each followed by its last seq, in order. Returns 1 if it created the counter,
+ * 0 if the counter was there (nothing changed).
+ */
+export const RESTORE = new LuaScript(
+  "audit_restore",
+  `
+local A = KEYS[1] .. ':a'
+if redis.call('EXISTS', A .. ':seq') == 1 then return 0 end
+local floor = tonumber(ARGV[1])
+local archived = 0
+for i = 2, #ARGV, 2 do
+  redis.call('ZADD', A .. ':seg', ARGV[i + 1], ARGV[i])
+  archived = tonumber(ARGV[i + 1])
+end
+-- Records of the lost state are gone; what the archive holds is still answered.
+if archived > 0 then redis.call('SET', A .. ':archived', archived) end
+redis.call('SET', A .. ':seq', string.format('%.0f', math.max(floor, archived)))
 return 1
 `,
 );

@@ -166,6 +166,30 @@ export function createArchiver(o: {
       return out;
     },
 
+    /**
+     * What the archive store holds, for a log whose state in Redis is gone: the segments that
+     * continue one another from seq 1 on (a file a crash left unregistered overlaps another
+     * one and is passed over), and the highest seq in any file. Their times are not known
+     * without reading them, so a restored segment is read for every time window.
+     */
+    async recover(): Promise<{ chain: SegmentInfo[]; highest: number }> {
+      const files: SegmentInfo[] = [];
+      for (const name of await store.list()) {
+        const m = /^audit-(\d{16})-(\d{16})-[0-9a-f]{8}\.jsonl$/.exec(name);
+        if (!m) continue;
+        const first = Number(m[1]);
+        const last = Number(m[2]);
+        files.push({ name, first, last, t0: -8.64e15, t1: 8.64e15, count: last - first + 1 });
+      }
+      files.sort((a, b) => a.first - b.first || b.last - a.last);
+      const chain: SegmentInfo[] = [];
+      for (const f of files) {
+        const end = chain.at(-1)?.last ?? 0;
+        if (f.first === end + 1) chain.push(f);
+      }
+      return { chain, highest: Math.max(0, ...files.map((f) => f.last)) };
+    },
+
     /** Every registered segment, oldest first. */
     async segments(): Promise<SegmentInfo[]> {
       return (await redis.zrange(`${A}:seg`, 0, -1)).map((t) => JSON.parse(t) as SegmentInfo);

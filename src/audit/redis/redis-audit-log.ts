@@ -12,7 +12,7 @@ import {
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
 import { AUDIT_INDEXES, DEFAULT_REDIS_KEY_PREFIX } from "./audit-lua.js";
-import { APPEND, QUERY, TRIM, UNLOCK } from "./audit-scripts.js";
+import { APPEND, QUERY, RESTORE, TRIM, UNLOCK } from "./audit-scripts.js";
 import { draftFields, parseFilters, parseTime, recordFrom } from "./record-codec.js";
 import { type Archiver, createArchiver, type RedisAuditRetention } from "./redis-archiver.js";
 
@@ -113,11 +113,36 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
   };
   // Loaded once here when Redis is up (LuaScript loads them on first use otherwise, and again
   // after a Redis restart answers NOSCRIPT).
-  await Promise.all([APPEND, QUERY, TRIM, UNLOCK].map((s) => s.load(redis))).catch(() => undefined);
+  await Promise.all([APPEND, QUERY, TRIM, UNLOCK, RESTORE].map((s) => s.load(redis))).catch(() => undefined);
 
   const archiver: Archiver | undefined = o.retention
     ? createArchiver({ redis, prefix, retention: o.retention, clock })
     : undefined;
+
+  // The highest seq this gateway has given out or read: after Redis lost its data, numbering
+  // continues above it (and above the archive), so that no seq is given out twice.
+  let highestSeen = 0;
+  const seen = (seq: number) => {
+    if (seq > highestSeen) highestSeen = seq;
+  };
+  const restore = async (): Promise<void> => {
+    let floor = highestSeen;
+    const segments: string[] = [];
+    if (archiver) {
+      const found = await archiver.recover();
+      floor = Math.max(floor, found.highest);
+      for (const seg of found.chain) segments.push(JSON.stringify(seg), String(seg.last));
+    }
+    const created = await RESTORE.run(redis, [prefix], [floor, ...segments]);
+    if (created === 1 && floor > 0) {
+      o.log?.error(
+        { floor },
+        "the audit log's state in Redis was gone (Redis lost its data): numbering continues above the highest seq known; records that were only in Redis are lost",
+      );
+    }
+  };
+  // The counter of a new deployment, or of a Redis that lost its data while no gateway ran.
+  await restore().catch(() => undefined);
   let timer: NodeJS.Timeout | undefined;
   let running: Promise<number> | undefined;
   const archiveNow = async (): Promise<number> => {
@@ -152,7 +177,15 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
       open();
       const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
       const fields = draftFields(draft, timeMs, gatewayId);
-      const seq = Number(await APPEND.run(redis, [prefix], fields).catch(unavailable));
+      const seq = Number(
+        await APPEND.run(redis, [prefix], fields).catch(async (e: unknown) => {
+          if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
+          // Redis lost the log: restore its counter, then append once more.
+          await restore().catch(unavailable);
+          return APPEND.run(redis, [prefix], fields).catch(unavailable);
+        }),
+      );
+      seen(seq);
       return {
         seq,
         time: new Date(timeMs).toISOString(),
@@ -220,6 +253,7 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
           records = [...part.records, ...records];
         }
       }
+      for (const r of records) seen(r.seq);
       if (records.length > limit) {
         const page = records.slice(0, limit);
         return { records: page, nextCursor: encodeCursor(page.at(-1)!.seq) };

@@ -271,6 +271,7 @@ describe("redis audit log", () => {
       "test_grant",
       `local P = KEYS[1]
 ${AUDIT_APPEND_LUA}
+if not audit_ready() then return redis.error_reply('AUDITLOST') end
 redis.call('HSET', P .. ':lease:' .. ARGV[1], 'tok', ARGV[2])
 return audit_append({t = ARGV[3], op = 'LeaseAcquired', b = 'b', p = 'logs/', tok = ARGV[2], lid = ARGV[1],
   own = 'worker-7', d = 'accepted', gw = 'gw-lease'})`,
@@ -447,6 +448,56 @@ return audit_append({t = ARGV[3], op = 'LeaseAcquired', b = 'b', p = 'logs/', to
   });
 
   describe("failing closed", () => {
+    it("numbers on above every seq given out when Redis lost its data, and still answers archived records", async () => {
+      const own = await startRedis();
+      let current = own;
+      try {
+        const dir = tempDir("fencegate-audit-archive-");
+        dirs.push(dir);
+        const clock = fakeClock();
+        const retention = {
+          archive: createDirArchiveStore(dir.path),
+          maxRecords: 10,
+          segmentRecords: 8,
+          intervalMs: 0,
+        };
+        const open = async (gatewayId: string) => {
+          const log = await createRedisAuditLog({
+            redis: await connectRedis(current.url, 1_000),
+            ownsConnection: true,
+            keyPrefix: "{lost}",
+            gatewayId,
+            clock,
+            retention,
+          });
+          opened.push(log);
+          return log;
+        };
+        const log = await open("gw-1");
+        const written: AuditRecord[] = [];
+        for (let i = 0; i < 30; i++) written.push(await log.append(draft({ requestId: `r${i}` })));
+        expect(await log.archiveNow()).toBe(20);
+        // A restart without persistence: everything that was in Redis is gone.
+        current = await own.restart();
+        let next: AuditRecord | undefined;
+        for (let i = 0; i < 100 && next === undefined; i++) {
+          next = await log.append(draft({ requestId: "after" })).catch(async () => {
+            await new Promise((r) => setTimeout(r, 100));
+            return undefined;
+          });
+        }
+        // Seqs 21..30 were given out: the next one is above them, not 1 again.
+        expect(next?.seq).toBe(31);
+        // Records that were only in Redis are lost; the archived ones are still answered.
+        expect(await walk(log, { limit: 7 })).toEqual([...written.slice(0, 20), next]);
+        const other = await open("gw-2");
+        expect(await walk(other, { limit: 100 })).toEqual([...written.slice(0, 20), next]);
+        expect((await other.append(draft())).seq).toBe(32);
+      } finally {
+        await current.stop();
+      }
+    });
+
     it("refuses appends, queries and pings while Redis is down, and serves again once it is back", async () => {
       const own = await startRedis({ persistence: "aof" });
       let current = own;
