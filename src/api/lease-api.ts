@@ -82,7 +82,9 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     const waitMs = body.waitMs ?? 0;
     if (typeof waitMs !== "number") throw invalid("waitMs must be a number of milliseconds");
     const owner = leaseOwnerOf(body.owner, c.get("principal"));
-    const lease = await opts.leases.acquire({ resource, ttlMs, waitMs, owner }, caller(c));
+    // A waiter whose client hangs up leaves the queue at once (the request's abort signal).
+    const signal = c.req.raw.signal;
+    const lease = await opts.leases.acquire({ resource, ttlMs, waitMs, owner, signal }, caller(c));
     return c.json(viewFor(c)(lease), 201);
   });
 

@@ -15,6 +15,8 @@ export type Lease = {
   acquiredAt: string;
   expiresAt: string;
   state: "active" | "expired" | "released";
+  /** In listings: how many acquire requests are queued for this lease's resource. */
+  waiters?: number;
 };
 
 /**
@@ -46,6 +48,7 @@ export function leaseView(lease: LeaseInfo, keyring: Keyring, showToken = true):
     acquiredAt: new Date(lease.acquiredAt).toISOString(),
     expiresAt: new Date(lease.expiresAt).toISOString(),
     state: lease.state,
+    ...(lease.waiters !== undefined ? { waiters: lease.waiters } : {}),
   };
   if (showToken) return view;
   const { fencingToken: _hidden, ...withoutToken } = view;

@@ -1,9 +1,8 @@
-import { EventEmitter } from "node:events";
 import { type AccessPolicy, openPolicy } from "../access/access-policy.js";
 import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
-import { type LeaseState, leaseState } from "./lease-rules.js";
+import { type LeaseState, leaseState, overlaps, resourceOf } from "./lease-rules.js";
 import type {
   AcquireResult,
   CommitIntentRef,
@@ -13,17 +12,34 @@ import type {
   LeaseSideEvent,
   LeaseStore,
 } from "./lease-store.js";
+import { type Waiter, WaitQueue } from "./wait-queue.js";
 
 export type LeaseLimits = { minTtlMs: number; maxTtlMs: number; maxWaitMs: number };
 
-/** A lease and its state at the instant it was read. */
-export type LeaseInfo = LeaseRecord & { state: LeaseState };
+/** A lease and its state at the instant it was read; in listings, its resource's queue length. */
+export type LeaseInfo = LeaseRecord & { state: LeaseState; waiters?: number };
 
 export type AcquireRequest = {
   resource: LeaseResource;
   ttlMs: number;
   waitMs: number;
   owner: string;
+  /** The client's request: once aborted (it disconnected), the waiter leaves the queue at once. */
+  signal?: AbortSignal;
+};
+
+/** An acquire request in the wait queue, until it is answered. */
+type PendingAcquire = Waiter & {
+  req: AcquireRequest;
+  caller: Caller;
+  resolve(lease: LeaseInfo): void;
+  reject(error: unknown): void;
+  /** A tryAcquire for it is under way. */
+  trying: boolean;
+  timedOut: boolean;
+  aborted: boolean;
+  /** Undoes its timer and abort listener once it is answered. */
+  cleanup: Array<() => void>;
 };
 
 export type Caller = { principal: string | null; requestId: string | null };
@@ -45,8 +61,6 @@ export type LeaseServiceOptions = {
    * caller without a principal (the gateway itself) is never refused.
    */
   access?: AccessPolicy;
-  /** How often a waiting acquire retries when nothing wakes it sooner. */
-  pollMs?: number;
 };
 
 /**
@@ -55,11 +69,14 @@ export type LeaseServiceOptions = {
  * (inside the store's own step when the audit log shares its domain, right after it otherwise).
  */
 export class LeaseService {
-  private readonly changes = new EventEmitter();
+  private readonly queue = new WaitQueue<PendingAcquire>();
+  private nextWaiterId = 1;
+  private wakeFilters: Array<(w: PendingAcquire) => boolean> = [];
+  private pumping = false;
+  private expiryTimer: NodeJS.Timeout | undefined;
   private readonly joinsAudit: boolean;
 
   constructor(private readonly opts: LeaseServiceOptions) {
-    this.changes.setMaxListeners(0);
     const { store, audit } = opts;
     this.joinsAudit = store.domain !== undefined && store.domain === audit.domain && !!audit.appendInStep;
   }
@@ -104,40 +121,166 @@ export class LeaseService {
       });
       throw accessDenied(`may not lease ${describe(req.resource)}`);
     }
-    // Waiting is measured on the monotonic clock: a wall clock step neither cuts it short nor
-    // stretches it.
-    const deadline = performance.now() + req.waitMs;
-    for (;;) {
-      const event = this.event("LeaseAcquired", caller);
-      const result: AcquireResult = await this.opts.store.tryAcquire(
-        {
-          resource: req.resource,
-          ttlMs: req.ttlMs,
-          owner: req.owner,
-          ...(principal !== null ? { principal } : {}),
-        },
-        event.hook,
-      );
-      if (result.granted) {
-        // Expiries this grant saw are recorded before it, in token order.
-        for (const lapsed of result.expired ?? []) await event.recordIfNotYet(lapsed, "LeaseExpired");
-        await event.recordIfNotYet(result.lease);
-        this.changes.emit("change");
-        return this.info(result.lease);
+    if (req.signal?.aborted) throw gone();
+    return new Promise<LeaseInfo>((resolve, reject) => {
+      const waiter: PendingAcquire = {
+        id: this.nextWaiterId++,
+        resource: req.resource,
+        heldBy: null,
+        req,
+        caller,
+        resolve,
+        reject,
+        trying: false,
+        timedOut: false,
+        aborted: false,
+        cleanup: [],
+      };
+      this.queue.add(waiter);
+      // Waiting is measured by a timer, on the monotonic clock: a wall clock step neither cuts
+      // it short nor stretches it.
+      if (req.waitMs > 0) {
+        const timer = setTimeout(() => this.timeOut(waiter), req.waitMs);
+        waiter.cleanup.push(() => clearTimeout(timer));
       }
-      if ("fence" in result) {
-        await this.fenceIntents(result.fence.token, result.fence.intents);
-        continue;
+      if (req.signal) {
+        const signal = req.signal;
+        const onAbort = () => this.abandon(waiter);
+        signal.addEventListener("abort", onAbort, { once: true });
+        waiter.cleanup.push(() => signal.removeEventListener("abort", onAbort));
       }
-      const left = deadline - performance.now();
-      if (left <= 0) {
-        const held = result.heldBy;
-        await this.recordFor("LeaseAcquired", req.resource, caller, {
-          decision: "rejected",
-          reason: "LeaseHeld",
-          owner: req.owner,
-        });
-        throw new DomainError("LeaseHeld", "an active lease on an overlapping resource is held", {
+      if (req.waitMs === 0 && this.queue.aheadOf(waiter)) {
+        // Earlier waiters come first; one that will not wait does not jump the queue.
+        void this.giveUp(waiter);
+        return;
+      }
+      this.wake((w) => w === waiter);
+    });
+  }
+
+  /** Tries the waiters at the head of their resource's queue that `filter` picks, one at a time. */
+  private wake(filter: (w: PendingAcquire) => boolean): void {
+    this.wakeFilters.push(filter);
+    if (this.pumping) return;
+    this.pumping = true;
+    void (async () => {
+      try {
+        while (this.wakeFilters.length > 0) {
+          const filters = this.wakeFilters.splice(0);
+          for (const w of this.queue.heads()) {
+            if (this.queue.has(w) && filters.some((f) => f(w))) await this.attempt(w);
+          }
+        }
+      } finally {
+        this.pumping = false;
+        this.scheduleExpiryWake();
+      }
+    })();
+  }
+
+  /**
+   * The only timer besides each waiter's deadline: at the earliest expiry among the holders that
+   * keep head waiters out, those waiters try again (no polling: a holder that renewed is simply
+   * seen with its new expiry).
+   */
+  private scheduleExpiryWake(): void {
+    if (this.expiryTimer) clearTimeout(this.expiryTimer);
+    this.expiryTimer = undefined;
+    let first = Number.POSITIVE_INFINITY;
+    for (const w of this.queue.heads()) if (w.heldBy) first = Math.min(first, w.heldBy.expiresAt);
+    if (first === Number.POSITIVE_INFINITY) return;
+    const delay = Math.max(1, first - this.opts.clock());
+    this.expiryTimer = setTimeout(() => {
+      this.expiryTimer = undefined;
+      const now = this.opts.clock();
+      this.wake((w) => w.heldBy !== null && w.heldBy.expiresAt <= now);
+    }, delay);
+    this.expiryTimer.unref();
+  }
+
+  private async attempt(w: PendingAcquire): Promise<void> {
+    const { req, caller } = w;
+    const { principal } = caller;
+    w.trying = true;
+    try {
+      for (;;) {
+        const event = this.event("LeaseAcquired", caller);
+        const result: AcquireResult = await this.opts.store.tryAcquire(
+          {
+            resource: req.resource,
+            ttlMs: req.ttlMs,
+            owner: req.owner,
+            ...(principal !== null ? { principal } : {}),
+          },
+          event.hook,
+        );
+        if (result.granted) {
+          this.queue.remove(w);
+          // Those now first in line wait for this lease: its expiry is their wake-up time.
+          for (const x of this.queue.heads()) {
+            if (x.heldBy === null && overlaps(x.resource, result.lease)) x.heldBy = result.lease;
+          }
+          // Expiries this grant saw are recorded before it, in token order.
+          for (const lapsed of result.expired ?? []) await event.recordIfNotYet(lapsed, "LeaseExpired");
+          await event.recordIfNotYet(result.lease);
+          if (w.aborted) {
+            // Nobody is there to receive it: give it back at once, for the next waiter.
+            await this.release(result.lease.leaseId, { principal: null, requestId: caller.requestId });
+            return;
+          }
+          this.settle(w, () => w.resolve(this.info(result.lease)));
+          return;
+        }
+        if ("fence" in result) {
+          await this.fenceIntents(result.fence.token, result.fence.intents);
+          continue;
+        }
+        w.heldBy = result.heldBy;
+        break;
+      }
+    } catch (e) {
+      this.queue.remove(w);
+      this.settle(w, () => w.reject(e));
+      this.wake(newHeads);
+      return;
+    } finally {
+      w.trying = false;
+    }
+    if (w.aborted) this.abandon(w);
+    else if (w.req.waitMs === 0 || w.timedOut) await this.giveUp(w);
+  }
+
+  private timeOut(w: PendingAcquire): void {
+    w.timedOut = true;
+    if (!w.trying) void this.giveUp(w);
+  }
+
+  /** The client went away (its request was aborted): leave the queue at once. */
+  private abandon(w: PendingAcquire): void {
+    w.aborted = true;
+    if (w.trying || !this.queue.remove(w)) return;
+    this.settle(w, () => w.reject(gone()));
+    this.wake(newHeads);
+  }
+
+  /** Still held when the waiter's time is up: LeaseHeld, recorded, and the queue moves on. */
+  private async giveUp(w: PendingAcquire): Promise<void> {
+    if (!this.queue.remove(w)) return;
+    this.wake(newHeads);
+    const { req, caller } = w;
+    const held = w.heldBy ?? this.queue.aheadOf(w)?.heldBy ?? null;
+    try {
+      await this.recordFor("LeaseAcquired", req.resource, caller, {
+        decision: "rejected",
+        reason: "LeaseHeld",
+        owner: req.owner,
+      });
+    } catch (e) {
+      this.settle(w, () => w.reject(e));
+      return;
+    }
+    const details = held
+      ? {
           heldBy: {
             // Another principal's lease id would let it be looked up, renewed or released.
             ...(this.actsFor(held, caller) ? { leaseId: held.leaseId } : {}),
@@ -147,11 +290,17 @@ export class LeaseService {
             token: held.token,
             expiresAt: new Date(held.expiresAt).toISOString(),
           },
-        });
-      }
-      const untilExpiry = Math.max(1, result.heldBy.expiresAt - this.opts.clock());
-      await this.waitForChange(Math.min(left, untilExpiry, this.opts.pollMs ?? 100));
-    }
+        }
+      : {};
+    const message = held
+      ? "an active lease on an overlapping resource is held"
+      : "earlier requests are waiting for an overlapping resource";
+    this.settle(w, () => w.reject(new DomainError("LeaseHeld", message, details)));
+  }
+
+  private settle(w: PendingAcquire, answer: () => void): void {
+    for (const undo of w.cleanup.splice(0)) undo();
+    answer();
   }
 
   async get(leaseId: string): Promise<LeaseInfo> {
@@ -200,7 +349,7 @@ export class LeaseService {
       throw e;
     }
     await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
-    this.changes.emit("change");
+    this.wakeAfterEnd([lease]);
   }
 
   /**
@@ -231,13 +380,14 @@ export class LeaseService {
     if (lease.releasedAt === undefined) await this.record("LeaseBroken", lease, caller);
     if (lease.key !== undefined) await this.opts.fenceObject(lease.bucket, lease.key, fence.token);
     await this.fenceIntents(fence.token, fence.intents);
-    this.changes.emit("change");
+    this.wakeAfterEnd([lease]);
     return { lease: this.info(lease), floorToken: fence.token };
   }
 
+  /** Active leases, each with the number of requests queued for its resource in this gateway. */
   async list(filter: { bucket?: string; prefix?: string }): Promise<LeaseInfo[]> {
     const leases = await this.opts.store.list(filter);
-    return leases.map((l) => this.info(l));
+    return leases.map((l) => ({ ...this.info(l), waiters: this.queue.waitingOn(resourceOf(l)) }));
   }
 
   /** Audits leases that ran out without being released (called periodically). */
@@ -245,8 +395,14 @@ export class LeaseService {
     const event = this.event("LeaseExpired", { principal: null, requestId: null });
     const expired = await this.opts.store.collectExpired(event.hook);
     for (const lease of expired) await event.recordIfNotYet(lease);
-    if (expired.length > 0) this.changes.emit("change");
+    this.wakeAfterEnd(expired);
     return expired.length;
+  }
+
+  /** Leases ended: the first waiter of each resource they covered tries (one per resource). */
+  private wakeAfterEnd(ended: readonly LeaseRecord[]): void {
+    if (ended.length === 0 || this.queue.size === 0) return;
+    this.wake((w) => ended.some((lease) => overlaps(lease, w.resource)));
   }
 
   info(lease: LeaseRecord): LeaseInfo {
@@ -273,18 +429,6 @@ export class LeaseService {
     if (!Number.isInteger(ttlMs) || ttlMs < minTtlMs || ttlMs > maxTtlMs) {
       throw new DomainError("InvalidRequest", `ttlMs must be a whole number from ${minTtlMs} to ${maxTtlMs}`);
     }
-  }
-
-  private waitForChange(ms: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.changes.off("change", done);
-        resolve();
-      };
-      const timer = setTimeout(done, ms);
-      this.changes.on("change", done);
-    });
   }
 
   /**
@@ -376,6 +520,18 @@ function describe(resource: LeaseResource): string {
 
 function accessDenied(message: string): DomainError {
   return new DomainError("AccessDenied", `Access Denied: this access key ${message}`);
+}
+
+/**
+ * After a waiter left: those that became first in line for their resource and never tried. A
+ * waiter that already tried is first in line since then (only earlier waiters ever leave), and
+ * waits for its holder's end, not for this.
+ */
+const newHeads = (w: { heldBy: LeaseRecord | null }): boolean => w.heldBy === null;
+
+/** The answer to a request whose client went away; nobody receives it. */
+function gone(): DomainError {
+  return new DomainError("RequestTimeout", "the client closed the request while it was waiting");
 }
 
 function notFound(leaseId: string): DomainError {

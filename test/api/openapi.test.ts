@@ -131,7 +131,7 @@ describe("the response checker", () => {
     expect(answer("GET", "/_fence/v1/leases/l-1", 200, { ...lease, expiresAt: "tomorrow" })).not.toEqual([]);
     expect(answer("GET", "/_fence/v1/nope", 200, {})).not.toEqual([]);
     expect(
-      answer("POST", "/_fence/v1/leases", 409, { error: { code: "LeaseHeld", message: "held" } }),
+      answer("POST", "/_fence/v1/leases", 409, { error: { code: "LeaseHeld", heldBy: {} } }),
     ).not.toEqual([]);
     expect(answer("GET", "/_fence/v1/leases", 400, { message: "no code" })).not.toEqual([]);
     expect(

@@ -11,6 +11,7 @@ import {
   type EmbeddedLeaseStore,
 } from "../../../src/leases/embedded/embedded-lease-store.js";
 import type { LeaseRecord } from "../../../src/leases/lease-store.js";
+import { describeLeaseServiceContract } from "../lease-service.contract.js";
 import { describeLeaseStoreContract, type FakeClock } from "../lease-store.contract.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -173,4 +174,18 @@ describe("embedded lease store", () => {
     const next = await grant("after-crash");
     expect(next.token).toBeGreaterThan(Math.max(...seen));
   });
+});
+
+describeLeaseServiceContract("the embedded store", async () => {
+  const dataDir = await mkdtemp(join(tmpdir(), "fencegate-lease-service-"));
+  const db = openEmbeddedDb({ dataDir });
+  const store = createEmbeddedLeaseStore({ db });
+  return {
+    store,
+    async cleanup() {
+      await store.close();
+      db.close();
+      await rm(dataDir, { recursive: true, force: true });
+    },
+  };
 });

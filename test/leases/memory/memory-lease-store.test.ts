@@ -7,6 +7,7 @@ import {
   createMemoryLeaseStore,
   type MemoryLeaseStore,
 } from "../../../src/leases/memory/memory-lease-store.js";
+import { describeLeaseServiceContract } from "../lease-service.contract.js";
 import { describeLeaseStoreContract, expectDomainError, type FakeClock } from "../lease-store.contract.js";
 
 const HOUR = 60 * 60 * 1000;
@@ -181,4 +182,9 @@ describe("memory lease store", () => {
     expect(records.map((r) => [r.op, r.leaseId])).toEqual([["LeaseAcquired", lease!.leaseId]]);
     expect(await shared.get(lease!.leaseId)).toEqual(lease);
   });
+});
+
+describeLeaseServiceContract("the memory store", async () => {
+  const store = createMemoryLeaseStore();
+  return { store, cleanup: () => store.close() };
 });

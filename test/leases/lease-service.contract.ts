@@ -1,0 +1,172 @@
+/**
+ * The LeaseService over a store (run by every store's test file, like the lease-store contract):
+ * fair FIFO waiting per resource. Waiters are served in arrival order; a lease that ends wakes
+ * only the next waiter of its resource (counted at the store: one tryAcquire per release); a
+ * waiter that gives up or whose client disconnects leaves the queue at once; a prefix waiter is
+ * not starved by key requests under it; listings show each resource's queue length.
+ * Real time (the waiting is on timers), short TTLs.
+ */
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { createMemoryAuditLog } from "../../src/audit/memory/memory-audit-log.js";
+import { systemClock } from "../../src/core/clock.js";
+import { DomainError } from "../../src/core/errors.js";
+import { type Caller, type LeaseInfo, LeaseService } from "../../src/leases/lease-service.js";
+import type { LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
+
+export type ServiceStoreFactory = () => Promise<{ store: LeaseStore; cleanup: () => Promise<void> }>;
+
+const CALLER: Caller = { principal: null, requestId: null };
+const LIMITS = { minTtlMs: 1, maxTtlMs: 3_600_000, maxWaitMs: 60_000 };
+
+/** Resolves once `check` holds, polling briefly (test-side only). */
+async function until(check: () => boolean, what: string, timeoutMs = 5_000): Promise<void> {
+  const start = Date.now();
+  while (!check()) {
+    if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+export function describeLeaseServiceContract(name: string, factory: ServiceStoreFactory): void {
+  describe(`LeaseService over ${name}: fair waiting`, () => {
+    let store: LeaseStore;
+    let cleanup: () => Promise<void>;
+    let service: LeaseService;
+    let attempts: number;
+
+    beforeEach(async () => {
+      ({ store, cleanup } = await factory());
+      attempts = 0;
+      // Counts the store's grant attempts: how many waiters each event woke.
+      const counting: LeaseStore = Object.create(store);
+      counting.tryAcquire = (input, hook) => {
+        attempts++;
+        return store.tryAcquire(input, hook);
+      };
+      service = new LeaseService({
+        store: counting,
+        audit: createMemoryAuditLog({ gatewayId: "test" }),
+        clock: systemClock,
+        limits: LIMITS,
+        fenceObject: async () => {},
+      });
+    });
+
+    afterEach(async () => {
+      await cleanup();
+    });
+
+    const acquire = (resource: LeaseResource, waitMs: number, owner: string, signal?: AbortSignal) =>
+      service.acquire({ resource, ttlMs: 60_000, waitMs, owner, ...(signal ? { signal } : {}) }, CALLER);
+
+    type Outcome = { lease?: LeaseInfo; error?: unknown };
+    function track(p: Promise<LeaseInfo>): Outcome {
+      const outcome: Outcome = {};
+      p.then(
+        (lease) => {
+          outcome.lease = lease;
+        },
+        (error: unknown) => {
+          outcome.error = error;
+        },
+      );
+      return outcome;
+    }
+
+    it("serves 20 waiters in arrival order, each release waking exactly one, and skips one that disconnected", async () => {
+      const resource = { bucket: "b", key: "k" };
+      const holder = await acquire(resource, 0, "holder");
+      const aborts = Array.from({ length: 20 }, () => new AbortController());
+      const waiters = aborts.map((ac, i) => track(acquire(resource, 30_000, `w${i}`, ac.signal)));
+      // Only the first waiter tries on arrival: the others queue behind it without a store call.
+      await until(() => attempts === 2, "the first waiter's attempt");
+      expect(waiters.every((w) => !w.lease && !w.error)).toBe(true);
+      const listed = await service.list({ bucket: "b" });
+      expect(listed.map((l) => l.waiters)).toEqual([20]);
+
+      aborts[7]!.abort(); // the client of waiter 7 hangs up
+      await until(() => waiters[7]!.error !== undefined, "the disconnected waiter to leave");
+      expect((await service.list({ bucket: "b" }))[0]!.waiters).toBe(19);
+
+      const order: string[] = [];
+      let current = holder;
+      for (let served = 0; served < 19; served++) {
+        const before = attempts;
+        await service.release(current.leaseId, CALLER);
+        await until(() => waiters.some((w) => w.lease && !order.includes(w.lease.owner)), "the next grant");
+        const next = waiters.find((w) => w.lease && !order.includes(w.lease.owner))!.lease!;
+        order.push(next.owner);
+        // One release, one attempt: only the next waiter was woken.
+        expect(attempts - before).toBe(1);
+        expect(waiters.filter((w) => w.lease).length).toBe(served + 1);
+        current = next;
+      }
+      expect(order).toEqual(Array.from({ length: 20 }, (_, i) => `w${i}`).filter((o) => o !== "w7"));
+      expect(waiters[7]!.lease).toBeUndefined();
+      expect((waiters[7]!.error as DomainError).code).toBe("RequestTimeout");
+    });
+
+    it("a waiter that gives up leaves the queue at once, with LeaseHeld; the next one keeps its place", async () => {
+      const resource = { bucket: "b", key: "k" };
+      const holder = await acquire(resource, 0, "holder");
+      const impatient = track(acquire(resource, 50, "impatient"));
+      const patient = track(acquire(resource, 30_000, "patient"));
+      await until(() => impatient.error !== undefined, "the impatient waiter to give up");
+      expect((impatient.error as DomainError).code).toBe("LeaseHeld");
+      expect((await service.list({ bucket: "b" }))[0]!.waiters).toBe(1);
+      await service.release(holder.leaseId, CALLER);
+      await until(() => patient.lease !== undefined, "the patient waiter's grant");
+    });
+
+    it("a request that will not wait does not jump the queue", async () => {
+      const resource = { bucket: "b", key: "k" };
+      const holder = await acquire(resource, 0, "holder");
+      const waiter = track(acquire(resource, 30_000, "waiter"));
+      await until(() => attempts === 2, "the waiter's first attempt");
+      await service.release(holder.leaseId, CALLER);
+      const barging = await acquire(resource, 0, "barging").catch((e: unknown) => e);
+      await until(() => waiter.lease !== undefined, "the waiter's grant");
+      if (!(barging instanceof DomainError))
+        expect.fail("the request without waitMs was granted ahead of the waiter");
+      expect(barging.code).toBe("LeaseHeld");
+    });
+
+    it("a prefix waiter is not starved by a stream of key requests under it", async () => {
+      const first = await acquire({ bucket: "b", key: "p/1" }, 0, "k1");
+      const prefix = track(acquire({ bucket: "b", prefix: "p/" }, 30_000, "prefix"));
+      await until(() => attempts === 2, "the prefix waiter's attempt");
+      // Later key requests under the prefix queue behind it, free keys included.
+      const later = track(acquire({ bucket: "b", key: "p/2" }, 30_000, "k2"));
+      const refused = await acquire({ bucket: "b", key: "p/3" }, 0, "k3").catch((e: unknown) => e);
+      expect((refused as DomainError).code).toBe("LeaseHeld");
+      await service.release(first.leaseId, CALLER);
+      await until(() => prefix.lease !== undefined, "the prefix grant");
+      expect(later.lease).toBeUndefined();
+      await service.release(prefix.lease!.leaseId, CALLER);
+      await until(() => later.lease !== undefined, "the key grant after the prefix");
+    });
+
+    it("waiters on different resources do not wake each other", async () => {
+      const a = await acquire({ bucket: "b", key: "a" }, 0, "a");
+      await acquire({ bucket: "b", key: "c" }, 0, "c");
+      const onA = track(acquire({ bucket: "b", key: "a" }, 30_000, "wa"));
+      const onC = track(acquire({ bucket: "b", key: "c" }, 30_000, "wc"));
+      await until(() => attempts === 4, "both first attempts");
+      const before = attempts;
+      await service.release(a.leaseId, CALLER);
+      await until(() => onA.lease !== undefined, "the grant on a");
+      expect(attempts - before).toBe(1);
+      expect(onC.lease).toBeUndefined();
+      expect((await service.list({ bucket: "b" })).find((l) => l.key === "c")!.waiters).toBe(1);
+    });
+
+    it("wakes a waiter when the holder expires, without polling in between", async () => {
+      const resource = { bucket: "b", key: "k" };
+      await service.acquire({ resource, ttlMs: 300, waitMs: 0, owner: "short" }, CALLER);
+      const waiter = track(acquire(resource, 30_000, "next"));
+      await until(() => waiter.lease !== undefined, "the grant after expiry");
+      // One attempt on arrival, one when the holder expired.
+      expect(attempts).toBe(3);
+    });
+  });
+}
