@@ -46,7 +46,7 @@ export function table(rows: readonly Row[]): string {
       r.name,
       `${fmt(r.value)} ${r.unit}`,
       `${fmt(r.baseline)} ${r.unit} (${r.baselineName})`,
-      fmt(ratioOf(r)),
+      Number.isFinite(ratioOf(r)) ? fmt(ratioOf(r)) : "–",
       targetText(r),
       m === null ? "" : m ? "yes" : "NO",
     ];
