@@ -214,6 +214,43 @@ for (const remote of REMOTE_STORES) {
       await leases.release(lease2.leaseId);
     });
 
+    it("kill -9 of the gateway while its commit is held: after a restart and a new grant, the commit arrives and is refused", {
+      timeout: 120_000,
+    }, async () => {
+      const key = "killed-mid-commit";
+      const lease0 = await leases.acquire({ bucket: BUCKET, key, ttlMs: 30_000, owner: "first" });
+      await put(key, lease0, "the old bytes", "first");
+      await leases.release(lease0.leaseId);
+
+      const lease1 = await leases.acquire({ bucket: BUCKET, key, ttlMs: 1_500, owner: "killed" });
+      const paused = await pausedPut(key, lease1, "bytes of the killed gateway", "killed");
+      await gateway.kill("SIGKILL");
+      expect((await paused.answer).status).toBe(0); // no answer: the gateway is gone
+
+      // Restarted on the same data directory (its lease store holds lease 1's commit intent).
+      s3.destroy();
+      gateway = await spawnGateway(dir.path, store.env);
+      s3 = s3Client(gateway.url, { logger: quietLogger });
+      leases = new LeaseClient({ endpoint: gateway.url, ...CREDENTIALS });
+      const lease2 = await leases.acquire({
+        bucket: BUCKET,
+        key,
+        ttlMs: 30_000,
+        waitMs: 10_000,
+        owner: "next",
+      });
+      expect(lease2.token).toBeGreaterThan(lease1.token);
+
+      // The dead gateway's conditional write reaches the store only now: it must change nothing.
+      paused.release();
+      await sleep(500);
+      await expectObject(key, "the old bytes", "first");
+      expect((await put(key, lease2, "lease 2's bytes", "next")).$metadata.httpStatusCode).toBe(200);
+      await expectObject(key, "lease 2's bytes", "next");
+      await expectHct(key, lease1, lease2.token);
+      await leases.release(lease2.leaseId);
+    });
+
     it("commits it when nothing happened meanwhile (the hold itself changes nothing)", async () => {
       const key = "undisturbed";
       const lease = await leases.acquire({ bucket: BUCKET, key, ttlMs: 30_000, owner: "alone" });

@@ -50,14 +50,19 @@ class Holds {
     return { reached: isReached, release };
   }
 
-  async decide(req: IncomingMessage, path: string): Promise<"forward"> {
+  /**
+   * A held request is read in full first and forwarded from memory when released, so that it
+   * reaches the store even when the gateway that sent it died meanwhile (kill -9).
+   */
+  async decide(req: IncomingMessage, path: string): Promise<"forward" | { forward: Buffer }> {
     const i = this.armed.findIndex((h) => h.matches(req, path));
-    if (i >= 0) {
-      const [hold] = this.armed.splice(i, 1);
-      hold!.reached();
-      await hold!.gate;
-    }
-    return "forward";
+    if (i < 0) return "forward";
+    const [hold] = this.armed.splice(i, 1);
+    const chunks: Buffer[] = [];
+    for await (const chunk of req) chunks.push(chunk as Buffer);
+    hold!.reached();
+    await hold!.gate;
+    return { forward: Buffer.concat(chunks) };
   }
 }
 

@@ -4,6 +4,9 @@ import type { AddressInfo, Socket } from "node:net";
 /** What the proxy does with a request: pass it on, lose it, or pass it on and lose the answer. */
 export type ProxyAction = "forward" | "lose-request" | "lose-answer";
 
+/** Forward this body instead of reading the request's (a decision that read the body itself). */
+export type ForwardBody = { forward: Buffer };
+
 export type Proxy = {
   url: string;
   /** Method and decoded path of every request seen. */
@@ -18,7 +21,10 @@ export type Proxy = {
 export async function startProxy(
   target: string,
   /** May answer later: the request waits in the proxy (its body unread) until then. */
-  decide: (req: IncomingMessage, path: string) => ProxyAction | Promise<ProxyAction> = () => "forward",
+  decide: (
+    req: IncomingMessage,
+    path: string,
+  ) => ProxyAction | ForwardBody | Promise<ProxyAction | ForwardBody> = () => "forward",
 ): Promise<Proxy> {
   const to = new URL(target);
   const seen: Proxy["seen"] = [];
@@ -26,7 +32,8 @@ export async function startProxy(
   const server: Server = createServer(async (req, res) => {
     const path = decodeURIComponent(req.url ?? "");
     seen.push({ method: req.method ?? "", path });
-    const action = await decide(req, path);
+    const decided = await decide(req, path);
+    const action = typeof decided === "string" ? decided : "forward";
     if (action === "lose-request") {
       req.socket.destroy();
       return;
@@ -44,7 +51,10 @@ export async function startProxy(
       },
     );
     upstream.on("error", () => req.socket.destroy());
-    req.pipe(upstream);
+    // The client may be gone by now (a held request): its answer goes nowhere.
+    res.on("error", () => undefined);
+    if (typeof decided === "string") req.pipe(upstream);
+    else upstream.end(decided.forward);
   });
   server.on("connection", (s) => {
     sockets.add(s);
