@@ -394,6 +394,66 @@ return audit_append({t = ARGV[3], op = 'LeaseAcquired', b = 'b', p = 'logs/', to
       expect([...head.records, ...rest]).toEqual(written);
     });
 
+    it("pages without skipping or repeating a record while replicas append and move records out", async () => {
+      const dir = tempDir("fencegate-audit-archive-");
+      dirs.push(dir);
+      const prefix = freshPrefix();
+      const retention = {
+        archive: createDirArchiveStore(dir.path),
+        maxRecords: 30,
+        segmentRecords: 25,
+        intervalMs: 0,
+      };
+      const writers = await Promise.all([0, 1, 2].map((i) => replica(prefix, `gw-${i}`, { retention })));
+      const reader = await replica(prefix, "gw-reader", { retention });
+      const acknowledged: AuditRecord[] = [];
+      let writing = true;
+      const done = Promise.all(
+        writers.map(async (log, w) => {
+          for (let n = 0; n < 50; n++) {
+            acknowledged.push(
+              ...(await Promise.all(
+                Array.from({ length: 4 }, (_, i) => log.append(draft({ requestId: `w${w}-${n}-${i}` }))),
+              )),
+            );
+            // Every replica moves records out now and then, while the others append and read.
+            if (n % 5 === 0) await log.archiveNow();
+          }
+        }),
+      ).finally(() => {
+        writing = false;
+      });
+      const seen: AuditRecord[] = [];
+      const follow = async () => {
+        let cursor: string | undefined;
+        for (;;) {
+          const stillWriting = writing;
+          const page = await reader.query({ limit: 9, ...(cursor ? { cursor } : {}) });
+          seen.push(...page.records);
+          const last = page.records.at(-1);
+          if (page.nextCursor !== null) cursor = page.nextCursor;
+          else if (last) cursor = encodeCursor(last.seq);
+          if (page.nextCursor === null && !stillWriting) return;
+        }
+      };
+      // Another reader walks the whole log from its start again and again, through the records
+      // being moved: every walk must hold every seq from 1 on, once each.
+      const walks: number[][] = [];
+      const rewalk = async () => {
+        while (writing) walks.push((await walk(reader, { limit: 9 })).map((r) => r.seq));
+      };
+      await Promise.all([follow(), rewalk(), done]);
+      expect(walks.length).toBeGreaterThan(2);
+      for (const seqs of walks) expect(seqs).toEqual(seqs.map((_, i) => i + 1));
+      await writers[0]!.archiveNow();
+      const expected = [...acknowledged].sort((a, b) => a.seq - b.seq);
+      expect(expected).toHaveLength(600);
+      expect(seen).toEqual(expected);
+      expect(await walk(reader, { limit: 17 })).toEqual(expected);
+      const files = await createDirArchiveStore(dir.path).list();
+      expect(files.length).toBeGreaterThan(5);
+    });
+
     it("archives to a bucket of the storage backend just as well", async () => {
       const backend = createMemoryBackend();
       await backend.createBucket("audit-archive");
