@@ -39,13 +39,13 @@ const suites: Array<[string, () => Promise<Row[]>]> = [
     "growth",
     () =>
       growthBench({
-        seconds: quick ? 1 : 3,
+        seconds: quick ? 1 : 2,
         rounds: quick ? 1 : 3,
         concurrency: 16,
         leases: quick ? 10_000 : 100_000,
         records: quick ? 100_000 : 1_000_000,
         objects: quick ? 100_000 : 1_000_000,
-        queries: quick ? 5 : 30,
+        queries: quick ? 5 : 20,
       }),
   ],
   [
