@@ -118,6 +118,36 @@ describe("the packed package", () => {
     );
   });
 
+  it("installs the fencegate command, whose lease commands run on the compiled client", async () => {
+    const { stdout } = await exec(
+      process.execPath,
+      [
+        join(project.path, "node_modules/fencegate/bin/fencegate.js"),
+        "lease",
+        "acquire",
+        "--bucket",
+        "packed",
+        "--key",
+        "cli",
+        "--ttl-ms",
+        "5000",
+      ],
+      {
+        cwd: project.path,
+        timeout: 60_000,
+        env: {
+          ...process.env,
+          FENCEGATE_ENDPOINT: gw.url,
+          AWS_ACCESS_KEY_ID: CREDENTIALS.accessKeyId,
+          AWS_SECRET_ACCESS_KEY: CREDENTIALS.secretAccessKey,
+        },
+      },
+    );
+    const lease = JSON.parse(stdout) as { leaseId: string; key: string; token: number };
+    expect(lease).toMatchObject({ key: "cli", token: expect.any(Number) });
+    expect((await gw.leases.show(lease.leaseId)).state).toBe("active");
+  });
+
   it("gives TypeScript users the client's types", async () => {
     writeFileSync(
       join(project.path, "typed.ts"),
