@@ -113,6 +113,7 @@ describe("three replicas on one Redis under SIGSTOP chaos", () => {
       const decisions: Array<{ requestId: string; decision: "accepted" | "rejected" }> = [];
       let stale = 0;
       let pausedReplicas = 0;
+      const refusedAcquires = new Map<string, number>();
 
       const chaos = (async () => {
         while (Date.now() < stop) {
@@ -177,13 +178,13 @@ describe("three replicas on one Redis under SIGSTOP chaos", () => {
       for (const r of replicas) process.kill(r.child.pid!, "SIGCONT");
 
       console.log(
-        `chaos: ${grants.length} grants, ${acked} acknowledged increments, ${stale} stale writes refused, ${pausedReplicas} replica pauses`,
+        `chaos: ${grants.length} grants, ${acked} acknowledged increments, ${stale} stale writes refused, ${pausedReplicas} replica pauses, acquires refused: ${JSON.stringify(Object.fromEntries(refusedAcquires))}`,
       );
       // Every acknowledged increment is in the final value, nothing more.
       const final = await clients[0]!.s3.send(new GetObjectCommand({ Bucket: BUCKET, Key: KEY }));
       expect(Number(await final.Body!.transformToString())).toBe(acked);
       expect(acked).toBeGreaterThanOrEqual(CHAOS_MS / 5_000);
-      expect(pausedReplicas).toBeGreaterThan(3);
+      expect(pausedReplicas).toBeGreaterThanOrEqual(Math.floor(CHAOS_MS / 5_000));
       // Every grant its own token; accepted writes in increasing token order.
       expect(new Set(grants).size).toBe(grants.length);
       accepted.sort((a, b) => a.at - b.at);

@@ -127,15 +127,21 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
   let settings: RedisSettingsReport | null = null;
   let settingsRefusal: string | null = "not connected yet";
   const settled = new EventEmitter();
+  // Whether this connection's settings were read once: until then operations wait (503); after
+  // that a periodic check that fails (a slow moment) keeps the verdict it had.
+  let checkedThisConnection = false;
+  let retry: NodeJS.Timeout | undefined;
   redis.on("close", () => {
     settingsRefusal = "not connected";
+    checkedThisConnection = false;
   });
-  const check = () =>
+  const check = (): Promise<RedisSettingsReport> =>
     checkRedisSettings(redis)
       .then((report) => {
         // Logged when it changes, not on every periodic check.
         const changed = JSON.stringify(report) !== JSON.stringify(settings);
         settings = report;
+        checkedThisConnection = true;
         if (changed)
           for (const w of report.warnings) opts.log?.warn({ redis: where }, `Redis lease store: ${w}`);
         if (changed)
@@ -147,7 +153,15 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
         return report;
       })
       .catch((e: Error) => {
-        settingsRefusal = `cannot check the Redis server's settings: ${e.message}`;
+        if (!checkedThisConnection) {
+          settingsRefusal = `cannot check the Redis server's settings: ${e.message}`;
+          // Try again soon rather than refusing until the next periodic check.
+          clearTimeout(retry);
+          retry = setTimeout(() => {
+            if (redis.status === "ready" && !closed) check().catch(() => undefined);
+          }, 500);
+          retry.unref();
+        }
         throw e;
       })
       .finally(() => settled.emit("settled"));
@@ -354,6 +368,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       if (closed) return;
       closed = true;
       clearInterval(recheck);
+      clearTimeout(retry);
       await redis.quit().catch(() => redis.disconnect());
     },
 

@@ -1,4 +1,4 @@
-import type { Redis } from "ioredis";
+import { type Redis, ReplyError } from "ioredis";
 
 /**
  * What the Redis lease store needs of the server it runs on, checked at start-up and on every
@@ -23,6 +23,8 @@ export async function checkRedisSettings(redis: Redis): Promise<RedisSettingsRep
     config = new Map();
     for (let i = 0; i + 1 < flat.length; i += 2) config.set(flat[i]!, flat[i + 1]!);
   } catch (e) {
+    // A timeout or a lost connection says nothing about the settings: the caller tries again.
+    if (!(e instanceof ReplyError)) throw e;
     // Managed services often disable CONFIG: say what could not be checked, and go on.
     warnings.push(
       `cannot read the Redis configuration (${(e as Error).message}); make sure maxmemory-policy is noeviction and appendonly yes with appendfsync always`,

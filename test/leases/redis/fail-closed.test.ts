@@ -104,6 +104,21 @@ describe("Redis lease store, failing closed", () => {
     expect(await store.get(r.lease.leaseId)).toEqual(r.lease);
   }, 60_000);
 
+  it("keeps serving when a periodic settings check fails for a moment (Redis slow)", async () => {
+    const server = await startRedis();
+    cleanups.push(() => server.stop());
+    const store = await open(server.url);
+    expect(await store.ready(5_000)).toBe(true);
+    process.kill(server.pid, "SIGSTOP");
+    try {
+      await expect(store.checkSettings()).rejects.toThrow(/timed out/i);
+    } finally {
+      process.kill(server.pid, "SIGCONT");
+    }
+    // The verdict of this connection's first check stands: no wait for the next periodic check.
+    expect((await attempt(store, "k")).granted).toBe(true);
+  });
+
   it("starts without Redis, answers 503, and serves once Redis appears", async () => {
     const probe = await startRedis();
     const port = probe.port;
@@ -142,6 +157,19 @@ describe("Redis lease store, failing closed", () => {
     await server.command("CONFIG", "SET", "appendfsync", "always");
     expect(await store.checkSettings()).toEqual({ unsafe: [], warnings: [] });
     await server.command("CONFIG", "SET", "appendonly", "no"); // a quick SIGTERM afterwards
+  });
+
+  it("warns, and serves, when Redis does not let it read the configuration (CONFIG disabled)", async () => {
+    const server = await startRedis();
+    cleanups.push(() => server.stop());
+    await server.command("ACL", "SETUSER", "app", "on", ">app-password", "~*", "&*", "+@all", "-config");
+    const store = await open(`redis://app:app-password@127.0.0.1:${server.port}`);
+    expect(await store.ready(5_000)).toBe(true);
+    expect(store.settings).toEqual({
+      unsafe: [],
+      warnings: [expect.stringMatching(/cannot read the Redis configuration/)],
+    });
+    expect((await attempt(store, "k")).granted).toBe(true);
   });
 
   it("serves despite unsafe settings when told to warn only", async () => {
