@@ -46,8 +46,8 @@ const DEFAULT_TTL_MS = 30_000;
  * A client of the fencegate lease API: every request signed with SigV4 (service s3), error
  * answers thrown as typed errors (errors.ts), and only safe retries.
  *
- * `acquire`, `show`, `renew`, `release`, `list`, `audit` and `health` are the API's calls, one
- * each. `lease()` returns a Lease handle that renews itself; `using()` runs a function while
+ * `acquire`, `show`, `renew`, `release`, `breakLease`, `list`, `audit` and `health` are the
+ * API's calls, one each. `lease()` returns a Lease handle that renews itself; `using()` runs a function while
  * holding a lease.
  */
 export class FenceClient {
@@ -131,6 +131,18 @@ export class FenceClient {
       if (e instanceof LeaseNotFoundError && attempts > 1) return;
       throw e;
     }
+  }
+
+  /**
+   * POST /_fence/v1/leases/{leaseId}/break (administrators only): ends the lease whoever holds
+   * it and raises the fencing floor of what it covered, so the old holder's next write is
+   * refused. Not retried unless the request never reached the gateway (a retry of a break that
+   * was applied would answer 404 without the floor token).
+   */
+  breakLease(leaseId: string): Promise<LeaseRecord & { floorToken: number }> {
+    return this.call("POST", `${leasePath(leaseId)}/break`, undefined, {}, { idempotent: false }) as Promise<
+      LeaseRecord & { floorToken: number }
+    >;
   }
 
   list(filter: { bucket?: string; prefix?: string } = {}): Promise<{ leases: LeaseRecord[] }> {
