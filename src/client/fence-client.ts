@@ -2,9 +2,16 @@ import { Sha256 } from "@aws-crypto/sha256-js";
 import { SignatureV4 } from "@smithy/signature-v4";
 import { apiError, FenceApiError, FenceConnectionError, LeaseNotFoundError } from "./errors.js";
 import { Lease, type LeaseOptions } from "./lease.js";
-import type { AcquireRequest, AuditQuery, AuditRecord, LeaseRecord, LeaseResource } from "./types.js";
+import type {
+  AcquireRequest,
+  AuditQuery,
+  AuditRecord,
+  LeaseRecord,
+  LeaseResource,
+  LeaseView,
+} from "./types.js";
 
-export type { AcquireRequest, AuditQuery, AuditRecord, LeaseRecord, LeaseResource };
+export type { AcquireRequest, AuditQuery, AuditRecord, LeaseRecord, LeaseResource, LeaseView };
 
 export type RetryOptions = {
   /** Attempts in all, the first included (default 4; 1 turns retries off). */
@@ -100,8 +107,9 @@ export class FenceClient {
     ) as Promise<LeaseRecord>;
   }
 
-  show(leaseId: string): Promise<LeaseRecord> {
-    return this.call("GET", leasePath(leaseId), undefined, {}, { idempotent: true }) as Promise<LeaseRecord>;
+  /** The lease; `fencingToken` only for the key that acquired it, its delegates and administrators. */
+  show(leaseId: string): Promise<LeaseView> {
+    return this.call("GET", leasePath(leaseId), undefined, {}, { idempotent: true }) as Promise<LeaseView>;
   }
 
   /** Renewing twice has the effect of renewing once, so renewals are retried. */
@@ -145,9 +153,9 @@ export class FenceClient {
     >;
   }
 
-  list(filter: { bucket?: string; prefix?: string } = {}): Promise<{ leases: LeaseRecord[] }> {
+  list(filter: { bucket?: string; prefix?: string } = {}): Promise<{ leases: LeaseView[] }> {
     return this.call("GET", "/_fence/v1/leases", undefined, filter, { idempotent: true }) as Promise<{
-      leases: LeaseRecord[];
+      leases: LeaseView[];
     }>;
   }
 

@@ -19,4 +19,11 @@ export {
 export { type CallOptions, FenceClient, type FenceClientOptions, type RetryOptions } from "./fence-client.js";
 export { Lease, type LeaseApi, type LeaseOptions, type LeaseState } from "./lease.js";
 export { FENCE_TOKEN_HEADER, FENCED_COMMANDS, fencingTokenPlugin, type TokenSource } from "./s3-plugin.js";
-export type { AcquireRequest, AuditQuery, AuditRecord, LeaseRecord, LeaseResource } from "./types.js";
+export type {
+  AcquireRequest,
+  AuditQuery,
+  AuditRecord,
+  LeaseRecord,
+  LeaseResource,
+  LeaseView,
+} from "./types.js";

@@ -17,6 +17,12 @@ export type LeaseRecord = {
   state: "active" | "expired" | "released";
 };
 
+/**
+ * A lease as another access key sees it (GET and list): without its fencing token, which only
+ * the key that acquired it, its delegates and administrators are shown.
+ */
+export type LeaseView = Omit<LeaseRecord, "fencingToken"> & { fencingToken?: string; waiters?: number };
+
 /** What to lease: one key, or every key under a prefix, of a bucket. */
 export type LeaseResource = { bucket: string; key?: string; prefix?: string };
 
