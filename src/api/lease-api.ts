@@ -12,6 +12,7 @@ import {
 import { DomainError } from "../core/errors.js";
 import type { Keyring } from "../fence/tokens.js";
 import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js";
+import type { DelegateRecord } from "../leases/lease-store.js";
 import { toApiError } from "./errors.js";
 import { filterParam, leaseOwnerOf, leaseResourceOf } from "./lease-input.js";
 import { leaseView } from "./lease-view.js";
@@ -110,6 +111,22 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     return c.json({ ...viewFor(c)(lease), floorToken });
   });
 
+  // Delegates: a second access key that renews the lease and writes with its token.
+  app.post("/leases/:leaseId/delegates", async (c) => {
+    const { delegate, secretAccessKey } = await opts.leases.addDelegate(c.req.param("leaseId"), caller(c));
+    return c.json({ ...delegateView(delegate), secretAccessKey }, 201);
+  });
+
+  app.get("/leases/:leaseId/delegates", async (c) => {
+    const delegates = await opts.leases.listDelegates(c.req.param("leaseId"), caller(c));
+    return c.json({ delegates: delegates.map(delegateView) });
+  });
+
+  app.delete("/leases/:leaseId/delegates/:delegateId", async (c) => {
+    await opts.leases.removeDelegate(c.req.param("leaseId"), c.req.param("delegateId"), caller(c));
+    return c.body(null, 204);
+  });
+
   app.delete("/leases/:leaseId", async (c) => {
     await opts.leases.release(c.req.param("leaseId"), caller(c));
     return c.body(null, 204);
@@ -118,6 +135,17 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   app.get("/audit", async (c) => c.json(await opts.audit.query(auditQuery(c))));
 
   return app;
+}
+
+/** A delegate as the API shows it (its secret only once, when it is created). */
+function delegateView(d: DelegateRecord) {
+  return {
+    delegateId: d.delegateId,
+    accessKeyId: d.delegateId,
+    leaseId: d.leaseId,
+    createdBy: d.createdBy,
+    createdAt: new Date(d.createdAt).toISOString(),
+  };
 }
 
 function caller(c: Context<ApiEnv>): Caller {

@@ -1,11 +1,13 @@
+import { randomBytes } from "node:crypto";
 import { type AccessPolicy, openPolicy } from "../access/access-policy.js";
 import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
-import { type LeaseState, leaseState, overlaps, resourceOf } from "./lease-rules.js";
+import { type LeaseState, leaseState, overlaps, type ResourceRef, resourceOf } from "./lease-rules.js";
 import type {
   AcquireResult,
   CommitIntentRef,
+  DelegateRecord,
   LeaseEventHook,
   LeaseRecord,
   LeaseResource,
@@ -61,6 +63,11 @@ export type LeaseServiceOptions = {
    * caller without a principal (the gateway itself) is never refused.
    */
   access?: AccessPolicy;
+  /**
+   * The secret of a delegate credential, derived from its access key id with a key only the
+   * gateways hold (so that it is never stored). Without it, delegates cannot be created.
+   */
+  delegateSecret?: (delegateId: string) => string;
 };
 
 /**
@@ -74,6 +81,8 @@ export class LeaseService {
   private wakeFilters: Array<(w: PendingAcquire) => boolean> = [];
   private pumping = false;
   private expiryTimer: NodeJS.Timeout | undefined;
+  /** Delegates this gateway knows (loaded at start, kept as they are created and revoked). */
+  private readonly delegates = new Map<string, { record: DelegateRecord; lease: ResourceRef }>();
   private readonly joinsAudit: boolean;
 
   constructor(private readonly opts: LeaseServiceOptions) {
@@ -95,10 +104,96 @@ export class LeaseService {
    * releases it. A lease granted before principals were kept is anyone's who may lease it.
    */
   actsFor(lease: LeaseRecord, caller: Caller): boolean {
+    return (
+      this.owns(lease, caller) || this.delegates.get(caller.principal ?? "")?.record.leaseId === lease.leaseId
+    );
+  }
+
+  /** Acts for the lease and is not a delegate: may also release it and delegate it. */
+  private owns(lease: LeaseRecord, caller: Caller): boolean {
     const { principal } = caller;
     if (principal === null || this.access.isAdmin(principal)) return true;
     if (lease.principal !== undefined) return lease.principal === principal;
     return this.access.allows(principal, "lease", lease.bucket, scopeOf(lease));
+  }
+
+  /** The delegate credential's secret, when `accessKeyId` is a delegate this gateway knows. */
+  delegateSecretOf(accessKeyId: string): string | undefined {
+    if (!this.delegates.has(accessKeyId)) return undefined;
+    return this.opts.delegateSecret?.(accessKeyId);
+  }
+
+  /** What a delegate may write: its lease's resource (undefined for any other access key). */
+  delegateScope(accessKeyId: string): (ResourceRef & { leaseId: string }) | undefined {
+    const d = this.delegates.get(accessKeyId);
+    return d ? { ...d.lease, leaseId: d.record.leaseId } : undefined;
+  }
+
+  /** Loads the delegates of the leases the store remembers (at start). */
+  async loadDelegates(): Promise<void> {
+    const store = this.opts.store;
+    if (!store.listDelegates) return;
+    for (const record of await store.listDelegates()) {
+      const lease = await store.get(record.leaseId);
+      if (lease) this.delegates.set(record.delegateId, { record, lease: resourceOf(lease) });
+    }
+  }
+
+  /**
+   * A delegate credential for the lease (its owner or an administrator; never a delegate): an
+   * access key that may renew the lease, see its token and write with it under the lease's
+   * resource, but neither release it nor delegate further. Recorded as LeaseDelegateAdded
+   * (`owner` holds the delegate's access key id).
+   */
+  async addDelegate(
+    leaseId: string,
+    caller: Caller,
+  ): Promise<{ delegate: DelegateRecord; secretAccessKey: string }> {
+    const store = this.opts.store;
+    const derive = this.opts.delegateSecret;
+    if (!store.addDelegate || !derive) {
+      throw new DomainError("NotImplemented", `the ${store.kind} lease store does not keep delegates`);
+    }
+    const lease = await store.get(leaseId);
+    if (!lease || lease.releasedAt !== undefined) throw notFound(leaseId);
+    await this.checkOwns(lease, "LeaseDelegateAdded", caller);
+    if (leaseState(lease, this.opts.clock()) !== "active") {
+      throw new DomainError("LeaseLost", `lease ${leaseId} has ended`, { leaseId });
+    }
+    const delegate: DelegateRecord = {
+      delegateId: `FGD${randomBytes(15)
+        .toString("base64url")
+        .toUpperCase()
+        .replace(/[^A-Z0-9]/g, "X")}`,
+      leaseId,
+      createdBy: caller.principal ?? "gateway",
+      createdAt: this.opts.clock(),
+    };
+    await store.addDelegate(delegate);
+    this.delegates.set(delegate.delegateId, { record: delegate, lease: resourceOf(lease) });
+    await this.opts.audit.append({
+      ...this.draft("LeaseDelegateAdded", lease, caller),
+      owner: delegate.delegateId,
+    });
+    return { delegate, secretAccessKey: derive(delegate.delegateId) };
+  }
+
+  async listDelegates(leaseId: string, caller: Caller): Promise<DelegateRecord[]> {
+    const lease = await this.opts.store.get(leaseId);
+    if (!lease) throw notFound(leaseId);
+    if (!this.actsFor(lease, caller)) throw accessDenied(`lease ${leaseId} belongs to another access key`);
+    return (await this.opts.store.listDelegates?.(leaseId)) ?? [];
+  }
+
+  /** Revokes a delegate at once (the lease's owner or an administrator). */
+  async removeDelegate(leaseId: string, delegateId: string, caller: Caller): Promise<void> {
+    const lease = await this.opts.store.get(leaseId);
+    if (!lease) throw notFound(leaseId);
+    await this.checkOwns(lease, "LeaseDelegateRemoved", caller);
+    const removed = (await this.opts.store.removeDelegate?.(leaseId, delegateId)) ?? false;
+    if (!removed) throw new DomainError("NoSuchEndpoint", `lease ${leaseId} has no delegate ${delegateId}`);
+    this.delegates.delete(delegateId);
+    await this.opts.audit.append({ ...this.draft("LeaseDelegateRemoved", lease, caller), owner: delegateId });
   }
 
   async acquire(req: AcquireRequest, caller: Caller): Promise<LeaseInfo> {
@@ -335,7 +430,7 @@ export class LeaseService {
   async release(leaseId: string, caller: Caller): Promise<void> {
     const existing = await this.opts.store.get(leaseId);
     if (!existing || existing.releasedAt !== undefined) throw notFound(leaseId);
-    await this.checkActsFor(existing, "LeaseReleased", caller);
+    await this.checkOwns(existing, "LeaseReleased", caller);
     if (existing.endedAt !== undefined) return; // expired, and its expiry already recorded
     const event = this.event("LeaseReleased", caller);
     let lease: LeaseRecord;
@@ -422,6 +517,18 @@ export class LeaseService {
     if (this.actsFor(lease, caller)) return;
     await this.record(op, lease, caller, { decision: "rejected", reason: "AccessDenied" });
     throw accessDenied(`lease ${lease.leaseId} belongs to another access key`);
+  }
+
+  /** Refuses (and records) a caller that is not the lease's owner or an administrator. */
+  private async checkOwns(lease: LeaseRecord, op: string, caller: Caller): Promise<void> {
+    if (this.owns(lease, caller)) return;
+    await this.record(op, lease, caller, { decision: "rejected", reason: "AccessDenied" });
+    const delegate = this.delegates.get(caller.principal ?? "")?.record.leaseId === lease.leaseId;
+    throw accessDenied(
+      delegate
+        ? "is a delegate of the lease: delegates renew it and write with it, never release or delegate it"
+        : `lease ${lease.leaseId} belongs to another access key`,
+    );
   }
 
   private checkTtl(ttlMs: number): void {

@@ -84,6 +84,19 @@ export type LeaseEventHook = (lease: LeaseRecord, event?: LeaseSideEvent) => voi
  */
 export type LeaseSideEvent = "LeaseExpired";
 
+/**
+ * A delegate of a lease: a second access key (its id is `delegateId`) that may renew the lease
+ * and write with its token, but neither release it nor delegate further. Its secret is never
+ * stored: the gateway derives it from its token-signing key.
+ */
+export type DelegateRecord = {
+  delegateId: string;
+  leaseId: string;
+  /** The access key that created it. */
+  createdBy: string;
+  createdAt: number; // ms since epoch
+};
+
 export type BreakResult = {
   lease: LeaseRecord;
   fence: { token: number; intents: CommitIntentRef[] };
@@ -151,6 +164,16 @@ export interface LeaseStore {
    * already seen to end. (Optional while a store is being built; the contract suite requires it.)
    */
   breakLease?(leaseId: string, inCommit?: LeaseEventHook): Promise<BreakResult>;
+
+  /**
+   * Delegates (optional while a store is being built; the contract suite requires them). Kept
+   * while the lease is remembered; forgotten with it.
+   */
+  addDelegate?(delegate: DelegateRecord): Promise<void>;
+  /** The delegates of one lease, or of every lease still remembered; in creation order. */
+  listDelegates?(leaseId?: string): Promise<DelegateRecord[]>;
+  /** Removes a delegate; false when the lease has no such delegate. */
+  removeDelegate?(leaseId: string, delegateId: string): Promise<boolean>;
 
   /** Active leases in a bucket (all buckets when omitted) whose resource starts with `prefix`. */
   list(filter: { bucket?: string; prefix?: string }): Promise<LeaseRecord[]>;

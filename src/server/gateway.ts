@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { createHmac, randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { getRequestListener } from "@hono/node-server";
@@ -18,6 +18,7 @@ import { installExpectContinue } from "../http/expect-continue.js";
 import { splitRawUrl } from "../http/raw-url.js";
 import { currentRequest, guardRequests } from "../http/request-guard.js";
 import { newRequestId } from "../http/request-id.js";
+import { withDelegates } from "../leases/delegate-access.js";
 import { LeaseService } from "../leases/lease-service.js";
 import { bucketFromHost } from "../s3/addressing.js";
 import { s3EdgeAnswer } from "../s3/client-errors.js";
@@ -74,9 +75,17 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     limits: config.leases,
     fenceObject: (bucket, key, token) => backend.raiseHighestToken(bucket, key, token),
     access: secrets.access,
+    // A delegate's secret is derived from the token-signing key: all replicas agree, none stores it.
+    delegateSecret: (id) =>
+      createHmac("sha256", secrets.keyring.active.secret)
+        .update(`fencegate delegate ${id}`)
+        .digest("base64url"),
   });
+  // Without them (the lease store unreachable at start), delegates get 403 until they are re-issued.
+  await leases.loadDelegates().catch((err) => log.warn({ err }, "lease delegates not loaded"));
+  const access = withDelegates(secrets.access, (id) => leases.delegateScope(id));
   const authenticator = createRequestAuthenticator({
-    lookup: (accessKeyId) => secrets.credentials.get(accessKeyId),
+    lookup: (accessKeyId) => secrets.credentials.get(accessKeyId) ?? leases.delegateSecretOf(accessKeyId),
     clock,
   });
 
@@ -105,7 +114,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const api = leaseApi({
     leases,
     keyring: secrets.keyring,
-    access: secrets.access,
+    access,
     audit,
     authenticate: apiAuthenticator(authenticator),
     health: async () => {
@@ -114,7 +123,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     },
   });
   const s3 = s3Handler({
-    services: { backend, fencer, access: secrets.access, completions: completedUploads() },
+    services: { backend, fencer, access, completions: completedUploads() },
     authenticator,
     domain: config.server.domain,
     log,

@@ -175,6 +175,29 @@ export function describeLeaseEndingContract(t: LeaseStoreContext): void {
     });
   });
 
+  describe("delegates", () => {
+    it("adds, lists in creation order, and removes a lease's delegates", async () => {
+      const lease = await t.grant({ bucket: "b", key: "k" });
+      const other = await t.grant({ bucket: "b", key: "other" });
+      const d = (delegateId: string, leaseId = lease.leaseId) => ({
+        delegateId,
+        leaseId,
+        createdBy: "owner-key",
+        createdAt: t.clock(),
+      });
+      await t.store.addDelegate!(d("FGD1"));
+      await t.store.addDelegate!(d("FGD2"));
+      await t.store.addDelegate!(d("FGD3", other.leaseId));
+      expect(await t.store.listDelegates!(lease.leaseId)).toEqual([d("FGD1"), d("FGD2")]);
+      expect((await t.store.listDelegates!()).map((x) => x.delegateId)).toEqual(["FGD1", "FGD2", "FGD3"]);
+      expect(await t.store.removeDelegate!(lease.leaseId, "FGD1")).toBe(true);
+      expect(await t.store.removeDelegate!(lease.leaseId, "FGD1")).toBe(false);
+      expect(await t.store.removeDelegate!(other.leaseId, "FGD2")).toBe(false);
+      expect(await t.store.listDelegates!(lease.leaseId)).toEqual([d("FGD2")]);
+      await expectDomainError(t.store.addDelegate!(d("FGD4", "no-such-lease")), "LeaseNotFound");
+    });
+  });
+
   describe("principal", () => {
     it("keeps the access key that acquired the lease", async () => {
       const result = await attempt({ bucket: "b", key: "k" }, { principal: "writer-key" });

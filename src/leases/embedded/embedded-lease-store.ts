@@ -9,6 +9,7 @@ import type {
   AcquireResult,
   BreakResult,
   CommitIntentRef,
+  DelegateRecord,
   IntentInput,
   LeaseEventHook,
   LeaseReads,
@@ -116,6 +117,28 @@ export function createEmbeddedLeaseStore({
   }
 
   const firstOverlapping = createOverlapQueries(db);
+
+  type DelegateRow = { delegate_id: string; lease_id: string; created_by: string; created_at: number };
+  const insertDelegate = db.prepare(
+    `INSERT INTO lease_delegates (delegate_id, lease_id, created_by, created_at, seq)
+     VALUES (@delegateId, @leaseId, @createdBy, @createdAt,
+             (SELECT COALESCE(MAX(seq), 0) + 1 FROM lease_delegates))`,
+  );
+  const delegatesOf = db.prepare<[string], DelegateRow>(
+    `SELECT d.delegate_id, d.lease_id, d.created_by, d.created_at FROM lease_delegates d
+     JOIN lease_leases l ON l.lease_id = d.lease_id WHERE d.lease_id = ? ORDER BY d.seq`,
+  );
+  const allDelegates = db.prepare<[], DelegateRow>(
+    `SELECT d.delegate_id, d.lease_id, d.created_by, d.created_at FROM lease_delegates d
+     JOIN lease_leases l ON l.lease_id = d.lease_id ORDER BY d.seq`,
+  );
+  const deleteDelegate = db.prepare("DELETE FROM lease_delegates WHERE lease_id = ? AND delegate_id = ?");
+  const toDelegate = (r: DelegateRow): DelegateRecord => ({
+    delegateId: r.delegate_id,
+    leaseId: r.lease_id,
+    createdBy: r.created_by,
+    createdAt: r.created_at,
+  });
 
   function findActiveOverlapping(resource: LeaseResource, now: number): LeaseRow | undefined {
     return firstOverlapping(resource, { kind: "active", now });
@@ -298,6 +321,24 @@ export function createEmbeddedLeaseStore({
     async breakLease(leaseId, inCommit) {
       const now = open();
       return domain.run(() => breakTx(leaseId, now, inCommit));
+    },
+
+    async addDelegate(delegate) {
+      open();
+      await domain.run(() => {
+        if (!byId.get(delegate.leaseId)) throw notFound(delegate.leaseId);
+        insertDelegate.run(delegate);
+      });
+    },
+
+    async listDelegates(leaseId) {
+      open();
+      return (leaseId === undefined ? allDelegates.all() : delegatesOf.all(leaseId)).map(toDelegate);
+    },
+
+    async removeDelegate(leaseId, delegateId) {
+      open();
+      return domain.run(() => deleteDelegate.run(leaseId, delegateId).changes > 0);
     },
 
     async list({ bucket, prefix }) {

@@ -63,6 +63,16 @@ CREATE TABLE IF NOT EXISTS lease_intents (
   created_at INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS lease_intents_object ON lease_intents (bucket, key);
+
+-- Delegates of leases (LeaseStore.addDelegate); listed only while their lease is remembered.
+CREATE TABLE IF NOT EXISTS lease_delegates (
+  delegate_id TEXT PRIMARY KEY,
+  lease_id TEXT NOT NULL,
+  created_by TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  seq INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lease_delegates_lease ON lease_delegates (lease_id, seq);
 `;
 
 export function migrateLeaseTables(db: EmbeddedDb): void {

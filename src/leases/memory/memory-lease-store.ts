@@ -8,6 +8,7 @@ import type {
   AcquireResult,
   BreakResult,
   CommitIntent,
+  DelegateRecord,
   IntentInput,
   LeaseEventHook,
   LeaseReads,
@@ -68,6 +69,15 @@ export function createMemoryLeaseStore({
     findActiveCovering: (bucket, key) => copy(table.activeOverlapping({ bucket, key }, now())),
   });
   const inDomain = readsAt(clock);
+  // Delegates in creation order; listed only while their lease is remembered.
+  let delegates: DelegateRecord[] = [];
+  const setDelegates = (next: DelegateRecord[]) => {
+    const before = delegates;
+    delegates = next;
+    changed(() => {
+      delegates = before;
+    });
+  };
 
   const reportExpiry = (entry: LeaseEntry): LeaseRecord => {
     table.update(entry, { expiryReported: true, endedAt: entry.record.expiresAt });
@@ -215,6 +225,31 @@ export function createMemoryLeaseStore({
     async breakLease(leaseId, inCommit) {
       const now = open();
       return domain.run(() => breakStep(leaseId, now, inCommit));
+    },
+
+    async addDelegate(delegate) {
+      open();
+      await domain.run(() => {
+        if (!table.get(delegate.leaseId)) throw notFound(delegate.leaseId);
+        setDelegates([...delegates, { ...delegate }]);
+      });
+    },
+
+    async listDelegates(leaseId) {
+      open();
+      return delegates
+        .filter((d) => (leaseId === undefined || d.leaseId === leaseId) && table.get(d.leaseId))
+        .map((d) => ({ ...d }));
+    },
+
+    async removeDelegate(leaseId, delegateId) {
+      open();
+      return domain.run(() => {
+        const next = delegates.filter((d) => !(d.leaseId === leaseId && d.delegateId === delegateId));
+        if (next.length === delegates.length) return false;
+        setDelegates(next);
+        return true;
+      });
     },
 
     async list({ bucket, prefix }) {
