@@ -143,6 +143,11 @@ const leaseStore = z.discriminatedUnion("type", [
     unsafeSettings: z.enum(["refuse", "warn"]).default("refuse"),
     /** A Redis command unanswered after this long fails, and the request answers 503. */
     commandTimeoutMs: z.number().int().min(50).max(60_000).default(2_000),
+    /**
+     * After Redis lost its data, grant nothing (503) for leases.maxTtlMs, until every lease granted
+     * before the loss has certainly expired.
+     */
+    quarantineAfterLoss: z.boolean().default(false),
   }),
   z.object({ type: z.literal("redlock"), urls: z.array(z.string().min(1)).min(1) }),
 ]);

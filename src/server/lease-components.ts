@@ -59,6 +59,7 @@ export async function openLeaseStore(
     ...(spec.keyPrefix ? { keyPrefix: spec.keyPrefix } : {}),
     unsafeSettings: spec.unsafeSettings,
     commandTimeoutMs: spec.commandTimeoutMs,
+    quarantineMs: spec.quarantineAfterLoss ? config.leases.maxTtlMs : 0,
     log,
   });
   if (!(await store.ready(START_WAIT_MS))) {

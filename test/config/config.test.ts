@@ -208,6 +208,7 @@ describe("contract environment variables", () => {
       url: "redis://127.0.0.1:6379",
       unsafeSettings: "refuse",
       commandTimeoutMs: 2_000,
+      quarantineAfterLoss: false,
     });
     // The URL from the environment keeps the file's other Redis settings (epochs, key prefix).
     const dir = tempDir();

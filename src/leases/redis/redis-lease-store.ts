@@ -47,6 +47,13 @@ export type RedisLeaseStoreOptions = {
    * until they are fixed; "warn" logs and serves.
    */
   unsafeSettings?: "refuse" | "warn";
+  /**
+   * After Redis lost its data (a restart without persistence, a failover to a replica that missed
+   * writes), grant nothing and accept no unfenced write for this long (ms): leases granted before
+   * the loss may still be held, up to the longest TTL. Default 0: grant at once (tokens stay
+   * monotonic either way; see the README for what that gives up).
+   */
+  quarantineMs?: number;
   log?: Logger;
 };
 
@@ -195,10 +202,19 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     }
   }
 
-  /** Runs a script that takes tokens; installs a new epoch when it finds the floor unknown. */
+  /**
+   * Runs a script that takes tokens; installs a new epoch when it finds the floor unknown, and
+   * answers 503 during a quarantine after a loss of data.
+   */
   async function runWithFloor(script: LuaScript, args: readonly (string | number)[]): Promise<unknown[]> {
     for (let attempt = 0; attempt < 4; attempt++) {
       const reply = (await run(script, args)) as unknown[];
+      if (reply[0] === "quarantine") {
+        const until = new Date(Number(reply[1])).toISOString();
+        throw unavailable(
+          `Redis lost its data; leases granted before may still be held, so nothing is granted until ${until}`,
+        );
+      }
       if (reply[0] !== "epoch") return reply;
       await advanceEpoch();
     }
@@ -226,7 +242,9 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
           `the token floor is unknown and the epoch store cannot advance it: ${(e as Error).message}`,
         );
       }
-      const [status, value] = (await run(SCRIPTS.installEpoch, [next])) as [string, string];
+      // The very first epoch of a deployment follows no loss: no quarantine.
+      const quarantine = next === 0 ? 0 : (opts.quarantineMs ?? 0);
+      const [status, value] = (await run(SCRIPTS.installEpoch, [next, quarantine])) as [string, string];
       opts.log?.info({ epoch: next, status, redis: where }, "Redis lease store: token epoch");
       if (status !== "stale") return;
       seen = Number(value);

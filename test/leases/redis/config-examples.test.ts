@@ -12,6 +12,7 @@ describe("config/ examples for Redis", () => {
       keyPrefix: "{fencegate}",
       unsafeSettings: "refuse",
       commandTimeoutMs: 2_000,
+      quarantineAfterLoss: false,
     });
   });
 

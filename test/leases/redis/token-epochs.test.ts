@@ -4,6 +4,7 @@
  * lives in a directory (createFileEpochStore), the counter in Redis.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { fakeClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
 import type { EpochStore } from "../../../src/leases/redis/epoch-store.js";
 import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
@@ -146,6 +147,46 @@ describe("token epochs", () => {
     await redis.current.command("HSET", "{fencegate}:floor", "last", String(2 ** 32 - 2));
     const tokens = await grants(s, "y", 3);
     expect(tokens).toEqual([2 ** 32 - 1, 2 ** 32 + 1, 2 ** 32 + 2]);
+  });
+
+  it("with a quarantine, grants nothing after Redis lost its data until every earlier lease has expired", async () => {
+    const redis = await redisServer();
+    const clock = fakeClock();
+    const s = createRedisLeaseStore({
+      url: redis.current.url,
+      epochs: createFileEpochStore(epochDir()),
+      clock,
+      quarantineMs: 10_000,
+      commandTimeoutMs: 1_000,
+    });
+    cleanups.push(() => s.close());
+    await s.ready(5_000);
+    // The first epoch of a deployment follows no loss: no quarantine.
+    const before = await grants(s, "x", 2);
+    await redis.current.kill9();
+    redis.current = await redis.current.restart();
+    const attempt = () => s.tryAcquire({ resource: { bucket: "b", key: "q" }, ttlMs: 1_000, owner: "o" });
+    for (let i = 0; ; i++) {
+      const error = await attempt().then(
+        () => null,
+        (e: DomainError) => e,
+      );
+      expect(error, "granted during the quarantine").not.toBeNull();
+      if (/lost its data.*nothing is granted until/.test(error!.message)) break;
+      if (i > 200) throw error; // not reconnected yet: Redis is starting
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await expect(s.beginCommit({ kind: "unfenced", bucket: "b", key: "x/0" })).rejects.toMatchObject({
+      code: "LeaseStoreUnavailable",
+    });
+    clock.advance(9_999);
+    await expect(attempt()).rejects.toMatchObject({ code: "LeaseStoreUnavailable" });
+    clock.advance(1);
+    const after = await grants(s, "y", 2);
+    expect(Math.min(...after)).toBeGreaterThan(Math.max(...before));
+    // A used-up counter moves to the next epoch without a quarantine: nothing was lost.
+    await redis.current.command("HINCRBY", "{fencegate}:floor", "last", String(2 ** 32 - 10));
+    expect((await grants(s, "z", 12)).length).toBe(12);
   });
 
   it("file epochs: a conditional create, the highest one found again by a new store on the same directory", async () => {

@@ -17,6 +17,9 @@ local now = clock(true)
 local last = floor_known()
 if not last then return {'epoch'} end
 if kind == 'unfenced' then
+  -- During a quarantine after a loss of data, a lease Redis forgot may still cover the key.
+  local q = quarantined(now)
+  if q then return {'quarantine', fmt(q)} end
   -- No active lease may cover a key written without a token.
   local covering = active_overlapping(b, key, nil, now)
   if covering then return {'refused', fmt(now), {}, {}, covering.raw} end

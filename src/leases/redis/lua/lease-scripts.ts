@@ -17,6 +17,8 @@ local kind, b, s, owner, ttl, id, principal = ARGV[3], ARGV[4], ARGV[5], ARGV[6]
 local key, prefix = nil, nil
 if kind == 'k' then key = s else prefix = s end
 local now = clock(true)
+local q = quarantined(now)
+if q then return {'quarantine', fmt(q)} end
 -- Mutual exclusion: an active lease on an overlapping resource stands in the way (the one
 -- with the lowest token, so that every replica names the same holder).
 local held = active_overlapping(b, key, prefix, now)
@@ -182,13 +184,14 @@ return {}
 `;
 
 /**
- * ARGV[3]: the epoch to install. Installs it when it is above the floor's epoch: the counter
+ * ARGV[3..4]: the epoch to install, the quarantine (ms) after a loss of data (0 = none). Installs
+ * it when it is above the floor's epoch: the counter
  * starts over at epoch × 2^32, above every token of every earlier epoch. An equal or higher
  * epoch already installed in this server's lifetime is kept ('current'); one installed before a
  * restart is not enough ('stale': the caller must create a higher one).
  */
 export const INSTALL_EPOCH = `${PRELUDE}
-local e = tonumber(ARGV[3])
+local e, quarantine = tonumber(ARGV[3]), tonumber(ARGV[4])
 local f = redis.call('HMGET', P .. ':floor', 'runid', 'epoch')
 local run = current_runid()
 if f[2] and tonumber(f[2]) >= e then
@@ -196,6 +199,11 @@ if f[2] and tonumber(f[2]) >= e then
   return {'stale', f[2]}
 end
 redis.call('HSET', P .. ':floor', 'epoch', fmt(e), 'last', fmt(e * EPOCH_SPAN), 'runid', run)
+-- A floor missing or left by another run of the server means data was lost (a used-up counter
+-- keeps its run id): leases granted before may still be held.
+if quarantine > 0 and f[1] ~= run then
+  redis.call('HSET', P .. ':floor', 'q', fmt(clock(true) + quarantine))
+end
 return {'installed', fmt(e)}
 `;
 

@@ -7,7 +7,8 @@
  * Key layout under P:
  * - `P:floor`  hash: `last` (the last token taken, epoch × 2^32 + counter), `epoch`, `runid`
  *              (the server's run id when the epoch was installed: a restart or a failover
- *              changes it, and the floor is then unknown until a new epoch is installed);
+ *              changes it, and the floor is then unknown until a new epoch is installed), `q`
+ *              (the end of the quarantine after a loss of data, when one is configured);
  * - `P:clock`  the time high-water mark (ms): time never goes back for the leases;
  * - `P:lease:<id>` hash: id, b, k | p, o (owner), pr? (principal), tok, ttl, acq, exp, rel? (released
  *              at), end? (seen to end: released, or its expiry reported; it stays ended whatever
@@ -74,6 +75,15 @@ local function take_token()
   if not last then return nil end
   if last + 1 >= (epoch + 1) * EPOCH_SPAN then return nil end
   return redis.call('HINCRBY', P .. ':floor', 'last', 1)
+end
+
+-- After Redis lost its data, leases granted before the loss may still be held: with a quarantine
+-- configured, nothing that relies on knowing them (a grant, an unfenced write) goes ahead before
+-- it ends. Answers the instant it ends, or nil.
+local function quarantined(now)
+  local q = tonumber(redis.call('HGET', P .. ':floor', 'q') or '0')
+  if now < q then return q end
+  return nil
 end
 
 local LEASE = P .. ':lease:'
