@@ -181,11 +181,23 @@ export class FenceClient {
    * (its `signal` then fires). Defaults: ttlMs 30 s.
    */
   async lease(req: LeaseResource & Partial<AcquireRequest> & LeaseOptions): Promise<Lease> {
-    const { renewAt, onLost, signal, ...rest } = req;
+    const { renewAt, onLost, signal, releases, ...rest } = req;
     const ttlMs = rest.ttlMs ?? DEFAULT_TTL_MS;
     const sentAt = performance.now();
     const record = await this.acquire({ ...rest, ttlMs } as AcquireRequest, { signal });
-    return new Lease(this, record, { sentAt, renewAt, onLost });
+    return new Lease(this, record, { sentAt, renewAt, onLost, releases });
+  }
+
+  /**
+   * A Lease handle for a lease that exists already: another process's (this one may renew it, as
+   * a delegate or with the same access key), or this program's own before a restart. Renews it
+   * once at once (which also proves it is still alive and fetches its token), then in the
+   * background. With `releases: false` (a delegate), release() only stops renewing.
+   */
+  async attach(leaseId: string, opts: LeaseOptions = {}): Promise<Lease> {
+    const sentAt = performance.now();
+    const record = await this.renew(leaseId, undefined, { signal: opts.signal });
+    return new Lease(this, record, { ...opts, sentAt });
   }
 
   /**

@@ -17,6 +17,11 @@ export type LeaseOptions = {
   onLost?: (error: LeaseLostError) => void;
   /** Cancels the acquire (and its wait). */
   signal?: AbortSignal;
+  /**
+   * Whether release() releases the lease at the gateway (default true). A delegate, which may
+   * renew a lease but not release it, attaches with false: release() then only stops renewing.
+   */
+  releases?: boolean;
 };
 
 export type LeaseState = "held" | "lost" | "released";
@@ -39,6 +44,7 @@ export class Lease implements AsyncDisposable {
   readonly #controller = new AbortController();
   readonly #renewAt: { from: number; to: number };
   readonly #onLost: ((error: LeaseLostError) => void) | undefined;
+  readonly #releases: boolean;
   #record: LeaseRecord;
   #state: LeaseState = "held";
   /** performance.now() by which the lease is surely renewed or gone. */
@@ -51,6 +57,7 @@ export class Lease implements AsyncDisposable {
     this.#record = record;
     this.#renewAt = opts.renewAt ?? { from: 1 / 3, to: 1 / 2 };
     this.#onLost = opts.onLost;
+    this.#releases = opts.releases ?? true;
     this.#deadline = opts.sentAt + record.ttlMs;
     this.#armExpiry();
     this.#scheduleRenewal();
@@ -120,12 +127,23 @@ export class Lease implements AsyncDisposable {
     if (this.#state !== "held") return;
     this.#state = "released";
     this.#stopTimers();
+    if (!this.#releases) return;
     try {
       await this.#api.release(this.leaseId);
     } catch (e) {
       // Gone already (expired and collected, or released by someone else): nothing to release.
       if (!(e instanceof LeaseNotFoundError)) throw e;
     }
+  }
+
+  /**
+   * Stops renewing without releasing: the lease stays with whoever else renews it (a delegate, or
+   * a later process that attaches by its id), or expires.
+   */
+  detach(): void {
+    if (this.#state !== "held") return;
+    this.#state = "released";
+    this.#stopTimers();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

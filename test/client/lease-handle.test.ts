@@ -111,6 +111,27 @@ describe("Lease handle", () => {
   });
 });
 
+describe("FenceClient.attach()", () => {
+  it("takes over renewing a lease another handle stopped renewing, and releases it or not", async () => {
+    const first = await fence.lease({ bucket: "handle", key: "handed-over", ttlMs: 1_000 });
+    first.detach(); // the first process stops renewing without releasing
+    const second = new FenceClient({ endpoint: gw.url, ...CREDENTIALS });
+    const attached = await second.attach(first.leaseId, { releases: false });
+    expect(attached.token).toBe(first.token);
+    expect(attached.fencingToken).toBe(first.fencingToken);
+    await sleep(2_500); // more than two TTLs: alive only through the attached handle's renewals
+    expect(attached.state, String(attached.signal.reason)).toBe("held");
+    expect((await fence.show(first.leaseId)).state).toBe("active");
+    await attached.release(); // releases: false — it only stops renewing
+    expect((await fence.show(first.leaseId)).state).toBe("active");
+    const owner = await fence.attach(first.leaseId);
+    await owner.release();
+    await expect(fence.show(first.leaseId)).rejects.toBeInstanceOf(LeaseNotFoundError);
+    const late = await fence.attach(first.leaseId).catch((e: unknown) => e);
+    expect(["LeaseLost", "LeaseNotFound"]).toContain((late as LeaseLostError).code);
+  });
+});
+
 describe("FenceClient.using()", () => {
   it("acquires, renews, returns fn's result and releases", async () => {
     let seen: Lease | undefined;
