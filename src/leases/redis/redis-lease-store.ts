@@ -9,6 +9,7 @@ import type { AcquireResult, CommitIntent, LeaseRecord, LeaseStore } from "../le
 import { validateAcquire, validateTtl } from "../memory/validate.js";
 import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
 import { decodeIntents, decodeLease, decodeLeases } from "./lease-codec.js";
+import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "./lua/delegate-scripts.js";
 import { BEGIN_COMMIT, FORGET_INTENTS } from "./lua/intent-scripts.js";
 import {
   ACQUIRE,
@@ -57,7 +58,13 @@ export type RedisLeaseStoreOptions = {
   log?: Logger;
 };
 
+/** A lease's delegate, as LeaseStore keeps it (see DelegateRecord there). */
+type Delegate = { delegateId: string; leaseId: string; createdBy: string; createdAt: number };
+
 export type RedisLeaseStore = LeaseStore & {
+  addDelegate(delegate: Delegate): Promise<void>;
+  listDelegates(leaseId?: string): Promise<Delegate[]>;
+  removeDelegate(leaseId: string, delegateId: string): Promise<boolean>;
   /** The connection, for the start-up settings check and tests. */
   readonly redis: Redis;
   /** Stops every operation with LeaseStoreUnavailable and this reason (unsafe settings), or resumes (null). */
@@ -93,6 +100,9 @@ const SCRIPTS = {
   installEpoch: new LuaScript("install-epoch", INSTALL_EPOCH),
   beginCommit: new LuaScript("begin-commit", BEGIN_COMMIT),
   forgetIntents: new LuaScript("forget-intents", FORGET_INTENTS),
+  addDelegate: new LuaScript("add-delegate", ADD_DELEGATE),
+  listDelegates: new LuaScript("list-delegates", LIST_DELEGATES),
+  removeDelegate: new LuaScript("remove-delegate", REMOVE_DELEGATE),
 };
 
 const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] =>
@@ -311,6 +321,31 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
         lease: decodeLease(reply[1])!,
         fence: { token: Number(reply[2]), intents: decodeIntents(reply[3]) },
       };
+    },
+
+    async addDelegate(d) {
+      const args = [d.leaseId, d.delegateId, d.createdBy, d.createdAt];
+      if ((await run(SCRIPTS.addDelegate, args)) !== "ok") throw notFound(d.leaseId);
+    },
+
+    async listDelegates(leaseId) {
+      const raw = (await run(SCRIPTS.listDelegates, [leaseId ?? ""])) as Array<string | null>;
+      return raw.flatMap((json) => {
+        if (json === null) return [];
+        const d = JSON.parse(json) as Record<string, string>;
+        return [
+          {
+            delegateId: d.delegateId!,
+            leaseId: d.leaseId!,
+            createdBy: d.createdBy!,
+            createdAt: Number(d.createdAt),
+          },
+        ];
+      });
+    },
+
+    async removeDelegate(leaseId, delegateId) {
+      return Number(await run(SCRIPTS.removeDelegate, [leaseId, delegateId])) === 1;
     },
 
     async list({ bucket, prefix }) {

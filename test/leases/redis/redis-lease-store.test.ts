@@ -83,6 +83,7 @@ describe("redis lease store", () => {
 
   it("forgets ended leases after the retention, never before an older overlapping one", async () => {
     const a = await grant("k");
+    await store.addDelegate({ delegateId: "FGD1", leaseId: a.leaseId, createdBy: "o", createdAt: clock() });
     await store.release(a.leaseId);
     clock.advance(30_000);
     const b = await grant("k");
@@ -91,6 +92,7 @@ describe("redis lease store", () => {
     clock.advance(30_000);
     expect(await store.sweep()).toBe(1);
     expect(await store.get(a.leaseId)).toBeNull();
+    expect(await store.listDelegates()).toEqual([]); // forgotten with its lease
     expect(await store.get(b.leaseId)).not.toBeNull();
     clock.advance(30_000);
     expect(await store.sweep()).toBe(1);

@@ -138,6 +138,7 @@ for _, l in ipairs(due) do
   local older = lowest(overlapping(false, l.b, l.k, l.p), function(o) return o.tok < l.tok end)
   if not older then
     unfile('rk', 'rp', l)
+    forget_delegates(l.id)
     redis.call('DEL', LEASE .. l.id)
     redis.call('ZREM', P .. ':forget', l.id)
     forgotten = forgotten + 1

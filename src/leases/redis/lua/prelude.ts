@@ -19,6 +19,7 @@
  *              (findNewerOverlapping), until retention forgets it;
  * - `P:exp`    open leases by expiresAt (collectExpired, list); `P:forget` ended leases by the
  *              time retention forgets them;
+ * - `P:dlg`, `P:dlgl:<id>`, `P:dlgr`  delegates (delegate-scripts.ts);
  * - `P:intent:<id>` hash: b, k, lid, tok, at; `P:ik:<b>` the keys with intents (lexicographic),
  *              `P:ikl:<b>:<k>` the intent ids of one key.
  * <b> is the bucket prefixed with its length, so that no bucket/key pair reads as another.
@@ -218,6 +219,16 @@ local function forget_intent(id)
   local set = P .. ':ikl:' .. bk(i[1]) .. ':' .. i[2]
   redis.call('SREM', set, id)
   if redis.call('SCARD', set) == 0 then redis.call('ZREM', P .. ':ik:' .. bk(i[1]), i[2]) end
+end
+
+-- A forgotten lease takes its delegates with it.
+local function forget_delegates(lid)
+  local dids = redis.call('ZRANGE', P .. ':dlgl:' .. lid, 0, -1)
+  for _, did in ipairs(dids) do
+    redis.call('ZREM', P .. ':dlg', lid .. ' ' .. did)
+    redis.call('HDEL', P .. ':dlgr', lid .. ' ' .. did)
+  end
+  redis.call('DEL', P .. ':dlgl:' .. lid)
 end
 
 -- Ended leases are forgotten after RETAIN; their record's own TTL is only the backstop.
