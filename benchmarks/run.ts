@@ -65,11 +65,20 @@ const started = performance.now();
 const loadBefore = load();
 const rows: Row[] = [];
 const timings: string[] = [];
+const failed: string[] = [];
 for (const [name, run] of suites) {
   if (only && !only.has(name)) continue;
   const t0 = performance.now();
   process.stderr.write(`bench: ${name}…\n`);
-  const got = await run();
+  let got: Row[];
+  try {
+    got = await run();
+  } catch (e) {
+    // The other suites still run and their table is printed; the exit status says it failed.
+    failed.push(`${name}: ${(e as Error).message.split("\n")[0]}`);
+    process.stderr.write(`bench: ${name} failed: ${(e as Error).stack ?? e}\n`);
+    continue;
+  }
   rows.push(...got);
   const s = ((performance.now() - t0) / 1000).toFixed(0);
   timings.push(`${name} ${s} s`);
@@ -79,8 +88,10 @@ const total = ((performance.now() - started) / 1000).toFixed(0);
 const report = [
   `fencegate benchmarks, ${new Date().toISOString().slice(0, 10)}, ${machine}`,
   `load average before: ${loadBefore}, after: ${load()}; ${timings.join(", ")}; total ${total} s`,
+  ...(failed.length > 0 ? [`FAILED: ${failed.join("; ")}`] : []),
   "",
   table(rows),
 ].join("\n");
 console.log(report);
 if (values.out) writeFileSync(values.out, `${report}\n`);
+if (failed.length > 0) process.exitCode = 1;
