@@ -6,12 +6,23 @@ import type {
   AcquireRequest,
   AuditQuery,
   AuditRecord,
+  Delegate,
   LeaseRecord,
   LeaseResource,
   LeaseView,
+  NewDelegate,
 } from "./types.js";
 
-export type { AcquireRequest, AuditQuery, AuditRecord, LeaseRecord, LeaseResource, LeaseView };
+export type {
+  AcquireRequest,
+  AuditQuery,
+  AuditRecord,
+  Delegate,
+  LeaseRecord,
+  LeaseResource,
+  LeaseView,
+  NewDelegate,
+};
 
 export type RetryOptions = {
   /** Attempts in all, the first included (default 4; 1 turns retries off). */
@@ -53,9 +64,10 @@ const DEFAULT_TTL_MS = 30_000;
  * A client of the fencegate lease API: every request signed with SigV4 (service s3), error
  * answers thrown as typed errors (errors.ts), and only safe retries.
  *
- * `acquire`, `show`, `renew`, `release`, `breakLease`, `list`, `audit` and `health` are the
- * API's calls, one each. `lease()` returns a Lease handle that renews itself; `using()` runs a function while
- * holding a lease.
+ * `acquire`, `show`, `renew`, `release`, `breakLease`, `delegate`, `listDelegates`,
+ * `revokeDelegate`, `list`, `audit` and `health` are the API's calls, one each. `lease()`
+ * returns a Lease handle that renews itself; `attach()` one for an existing lease; `using()`
+ * runs a function while holding a lease.
  */
 export class FenceClient {
   private readonly signer: SignatureV4;
@@ -151,6 +163,46 @@ export class FenceClient {
     return this.call("POST", `${leasePath(leaseId)}/break`, undefined, {}, { idempotent: false }) as Promise<
       LeaseRecord & { floorToken: number }
     >;
+  }
+
+  /**
+   * POST …/delegates: a credential for a worker that keeps this lease alive and writes with its
+   * token (FenceClient with it, then attach(leaseId, { releases: false })). Not retried unless
+   * never sent: each call makes a new delegate.
+   */
+  delegate(leaseId: string): Promise<NewDelegate> {
+    return this.call(
+      "POST",
+      `${leasePath(leaseId)}/delegates`,
+      undefined,
+      {},
+      { idempotent: false },
+    ) as Promise<NewDelegate>;
+  }
+
+  listDelegates(leaseId: string): Promise<{ delegates: Delegate[] }> {
+    return this.call(
+      "GET",
+      `${leasePath(leaseId)}/delegates`,
+      undefined,
+      {},
+      { idempotent: true },
+    ) as Promise<{
+      delegates: Delegate[];
+    }>;
+  }
+
+  /** DELETE …/delegates/{delegateId}: the delegate's credential stops working at once. */
+  async revokeDelegate(leaseId: string, delegateId: string): Promise<void> {
+    await this.call(
+      "DELETE",
+      `${leasePath(leaseId)}/delegates/${encodeURIComponent(delegateId)}`,
+      undefined,
+      {},
+      {
+        idempotent: true,
+      },
+    );
   }
 
   list(filter: { bucket?: string; prefix?: string } = {}): Promise<{ leases: LeaseView[] }> {

@@ -64,3 +64,17 @@ export type AuditQuery = {
   limit?: string | number;
   cursor?: string;
 };
+
+/** A delegate of a lease: an access key that may renew it and write with its token, never release it. */
+export type Delegate = {
+  delegateId: string;
+  /** The delegate's access key id (SigV4). */
+  accessKeyId: string;
+  leaseId: string;
+  /** The access key that created it. */
+  createdBy: string;
+  createdAt: string;
+};
+
+/** A new delegate with its secret (shown only once): hand both to the worker. */
+export type NewDelegate = Delegate & { secretAccessKey: string };
