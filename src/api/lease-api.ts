@@ -13,6 +13,7 @@ import { DomainError } from "../core/errors.js";
 import type { Keyring } from "../fence/tokens.js";
 import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js";
 import type { DelegateRecord } from "../leases/lease-store.js";
+import { Pools } from "../leases/pools.js";
 import { toApiError } from "./errors.js";
 import { filterParam, leaseOwnerOf, leaseResourceOf } from "./lease-input.js";
 import { leaseView } from "./lease-view.js";
@@ -37,6 +38,8 @@ export type LeaseApiOptions = {
   /** Authenticates with SigV4; resolves the access key id or throws. */
   authenticate: (c: Context<ApiEnv>) => Promise<{ principal: string; body: Buffer }>;
   health: HealthCheck;
+  /** Ownership groups (configured pools). */
+  pools?: Pools;
 };
 
 /** The JSON lease API and health endpoint (contract: "Lease API"). */
@@ -83,6 +86,7 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     const waitMs = body.waitMs ?? 0;
     if (typeof waitMs !== "number") throw invalid("waitMs must be a number of milliseconds");
     const owner = leaseOwnerOf(body.owner, c.get("principal"));
+    opts.pools?.checkOrdinary(resource);
     // A waiter whose client hangs up leaves the queue at once (the request's abort signal).
     const signal = c.req.raw.signal;
     const lease = await opts.leases.acquire({ resource, ttlMs, waitMs, owner, signal }, caller(c));
@@ -109,6 +113,23 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   app.post("/leases/:leaseId/break", async (c) => {
     const { lease, floorToken } = await opts.leases.breakLease(c.req.param("leaseId"), caller(c));
     return c.json({ ...viewFor(c)(lease), floorToken });
+  });
+
+  // Ownership groups: a worker claims a fair share of a pool's groups (also its heartbeat).
+  app.post("/pools/:pool/claims", async (c) => {
+    const body = jsonBody(c);
+    const ttlMs = body.ttlMs;
+    if (typeof ttlMs !== "number") throw invalid("ttlMs is required (milliseconds)");
+    const owner = leaseOwnerOf(body.owner, c.get("principal"));
+    const pools = opts.pools ?? new Pools(opts.leases, {});
+    const claim = await pools.claim(c.req.param("pool"), owner, ttlMs, caller(c));
+    const view = viewFor(c);
+    return c.json({ ...claim, groups: claim.groups.map((g) => ({ group: g.group, lease: view(g.lease) })) });
+  });
+
+  app.delete("/pools/:pool/claims/:owner", async (c) => {
+    const pools = opts.pools ?? new Pools(opts.leases, {});
+    return c.json({ released: await pools.leave(c.req.param("pool"), c.req.param("owner"), caller(c)) });
   });
 
   // Delegates: a second access key that renews the lease and writes with its token.

@@ -249,6 +249,19 @@ export const configSchema = z
       .strict()
       .refine((l) => l.minTtlMs <= l.maxTtlMs, { message: "minTtlMs must not exceed maxTtlMs" })
       .default({ minTtlMs: 500, maxTtlMs: 3_600_000, maxWaitMs: 60_000 }),
+    /** Ownership groups: the keys under `prefix` spread over `groups` groups, leased per group. */
+    pools: z
+      .record(
+        z.string().regex(/^[A-Za-z0-9_-]{1,64}$/),
+        z
+          .object({
+            bucket: z.string().min(3),
+            prefix: z.string(),
+            groups: z.number().int().min(1).max(4096),
+          })
+          .strict(),
+      )
+      .default({}),
     /** The default backend: buckets not configured under `buckets` live there, under their own name. */
     backend: backendSpec.default({ type: "fs" }),
     /** Further backends, by name, for the buckets configured under `buckets`. */

@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 /**
  * The lease rules every store applies: what a lease's resource overlaps, which keys it covers,
  * and what state it is in at a given instant. Pure functions of their arguments (time is passed
@@ -29,10 +29,15 @@ export function overlaps(a: ResourceRef, b: ResourceRef): boolean {
   return pa.startsWith(pb) || pb.startsWith(pa);
 }
 
-/** Whether the lease's resource includes this object key. */
+/** Whether the lease's resource includes this object key (a pool group's lease: its group's keys). */
 export function covers(lease: ResourceRef, bucket: string, key: string): boolean {
   if (lease.bucket !== bucket) return false;
-  if (lease.key !== undefined) return lease.key === key;
+  if (lease.key !== undefined) {
+    const group = parseGroupKey(lease.key);
+    if (group)
+      return key.startsWith(group.prefix) && !isGroupKey(key) && groupOf(key, group.groups) === group.group;
+    return lease.key === key;
+  }
   return key.startsWith(lease.prefix ?? "");
 }
 
@@ -99,6 +104,34 @@ export function resourceOf(lease: ResourceRef): LeaseResource {
   return lease.key !== undefined
     ? { bucket: lease.bucket, key: lease.key }
     : { bucket: lease.bucket, prefix: lease.prefix ?? "" };
+}
+
+/**
+ * Ownership groups (pools): the keys under a pool's prefix are spread over `groups` groups by a
+ * stable hash, and a group is leased as one reserved key under the prefix, `<prefix>\0group:<g>/<G>`.
+ * No object key can be that (the S3 rules refuse a NUL), a prefix lease containing the pool's
+ * prefix overlaps every group lease (the reserved key starts with it), and covers() gives a group
+ * lease its group's keys, so that a write is checked with its group's token.
+ */
+const GROUP_MARK = "\u0000group:";
+
+/** The group of a key: the first 32 bits of its SHA-256, modulo the number of groups. */
+export function groupOf(key: string, groups: number): number {
+  return createHash("sha256").update(key, "utf8").digest().readUInt32BE(0) % groups;
+}
+
+export function groupKey(prefix: string, group: number, groups: number): string {
+  return `${prefix}${GROUP_MARK}${group}/${groups}`;
+}
+
+export const isGroupKey = (key: string): boolean => key.includes(GROUP_MARK);
+
+export function parseGroupKey(key: string): { prefix: string; group: number; groups: number } | null {
+  const at = key.lastIndexOf(GROUP_MARK);
+  if (at < 0) return null;
+  const m = /^(\d+)\/(\d+)$/.exec(key.slice(at + GROUP_MARK.length));
+  if (!m) return null;
+  return { prefix: key.slice(0, at), group: Number(m[1]), groups: Number(m[2]) };
 }
 
 /** Human-readable resource, for messages: `bucket/key` or `bucket/prefix*`. */

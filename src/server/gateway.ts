@@ -20,6 +20,7 @@ import { currentRequest, guardRequests } from "../http/request-guard.js";
 import { newRequestId } from "../http/request-id.js";
 import { withDelegates } from "../leases/delegate-access.js";
 import { LeaseService } from "../leases/lease-service.js";
+import { Pools } from "../leases/pools.js";
 import { bucketFromHost } from "../s3/addressing.js";
 import { s3EdgeAnswer } from "../s3/client-errors.js";
 import { type S3Env, s3Handler } from "../s3/handler.js";
@@ -117,6 +118,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     access,
     audit,
     authenticate: apiAuthenticator(authenticator),
+    pools: new Pools(leases, config.pools),
     health: async () => {
       await Promise.all([leaseStore.ping(), audit.ping(), backend.listBuckets()]);
       return { gateway: gatewayId, backend: backend.kind, leaseStore: leaseStore.kind, auditLog: audit.kind };
