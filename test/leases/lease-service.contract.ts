@@ -10,8 +10,10 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { createMemoryAuditLog } from "../../src/audit/memory/memory-audit-log.js";
 import { systemClock } from "../../src/core/clock.js";
 import { DomainError } from "../../src/core/errors.js";
+import { covers, groupOf, parseGroupKey } from "../../src/leases/lease-rules.js";
 import { type Caller, type LeaseInfo, LeaseService } from "../../src/leases/lease-service.js";
 import type { LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
+import { Pools } from "../../src/leases/pools.js";
 
 export type ServiceStoreFactory = () => Promise<{ store: LeaseStore; cleanup: () => Promise<void> }>;
 
@@ -158,6 +160,33 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
       expect(attempts - before).toBe(1);
       expect(onC.lease).toBeUndefined();
       expect((await service.list({ bucket: "b" })).find((l) => l.key === "c")!.waiters).toBe(1);
+    });
+
+    it("pools: workers settle on fair shares of the groups, one owner per group, each group lease covering its keys", async () => {
+      const pools = new Pools(service, { p: { bucket: "b", prefix: "g/", groups: 8 } });
+      const settle = async (workers: string[]) => {
+        for (let round = 0; round < 4; round++)
+          for (const w of workers) await pools.claim("p", w, 60_000, CALLER);
+        const leases = await service.list({ bucket: "b", prefix: "g/" });
+        const groups = leases.map((l) => parseGroupKey(l.key!)!.group);
+        expect(new Set(groups).size).toBe(groups.length); // never two owners of a group
+        return leases;
+      };
+      let leases = await settle(["x", "y", "z"]);
+      const shares = ["x", "y", "z"].map((w) => leases.filter((l) => l.owner === w).length).sort();
+      expect(shares).toEqual([2, 3, 3]);
+      for (const lease of leases) {
+        const { group } = parseGroupKey(lease.key!)!;
+        for (const key of ["g/a", "g/b", "g/c", "g/d", "g/e", "g/f"]) {
+          expect(covers(lease, "b", key)).toBe(groupOf(key, 8) === group);
+        }
+        expect(covers(lease, "b", "elsewhere")).toBe(false);
+      }
+      await pools.leave("p", "y", CALLER);
+      leases = await settle(["x", "z"]);
+      expect(leases.filter((l) => l.owner === "x")).toHaveLength(4);
+      expect(leases.filter((l) => l.owner === "z")).toHaveLength(4);
+      expect(() => pools.checkOrdinary({ bucket: "b", key: "g/a" })).toThrow(/pool p/);
     });
 
     it("wakes a waiter when the holder expires, without polling in between", async () => {
