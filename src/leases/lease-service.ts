@@ -8,6 +8,7 @@ import type {
   AcquireResult,
   CommitIntentRef,
   DelegateRecord,
+  LeaseEventContext,
   LeaseEventHook,
   LeaseRecord,
   LeaseResource,
@@ -84,10 +85,13 @@ export class LeaseService {
   /** Delegates this gateway knows (loaded at start, kept as they are created and revoked). */
   private readonly delegates = new Map<string, { record: DelegateRecord; lease: ResourceRef }>();
   private readonly joinsAudit: boolean;
+  /** The store appends the records of its accepted lease events itself, in the same step. */
+  private readonly storeRecords: boolean;
 
   constructor(private readonly opts: LeaseServiceOptions) {
     const { store, audit } = opts;
     this.joinsAudit = store.domain !== undefined && store.domain === audit.domain && !!audit.appendInStep;
+    this.storeRecords = !this.joinsAudit && (store.recordsEventsIn?.(audit) ?? false);
   }
 
   get limits(): LeaseLimits {
@@ -308,6 +312,7 @@ export class LeaseService {
             ...(principal !== null ? { principal } : {}),
           },
           event.hook,
+          event.context,
         );
         if (result.granted) {
           this.queue.remove(w);
@@ -412,7 +417,7 @@ export class LeaseService {
     this.checkTtl(ttl);
     try {
       const event = this.event("LeaseRenewed", caller);
-      const lease = await this.opts.store.renew(leaseId, ttl, event.hook);
+      const lease = await this.opts.store.renew(leaseId, ttl, event.hook, event.context);
       await event.recordIfNotYet(lease);
       return this.info(lease);
     } catch (e) {
@@ -435,7 +440,7 @@ export class LeaseService {
     const event = this.event("LeaseReleased", caller);
     let lease: LeaseRecord;
     try {
-      lease = await this.opts.store.release(leaseId, event.hook);
+      lease = await this.opts.store.release(leaseId, event.hook, event.context);
     } catch (e) {
       // Seen to expire between the read and the release (by the sweep, or a grant): done.
       const now =
@@ -469,10 +474,10 @@ export class LeaseService {
       throw new DomainError("NotImplemented", `the ${store.kind} lease store cannot break leases`);
     }
     const event = this.event("LeaseBroken", caller);
-    const { lease, fence } = await store.breakLease(leaseId, event.hook);
+    const { lease, fence } = await store.breakLease(leaseId, event.hook, event.context);
     await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
     // A lease that had expired unnoticed ended by expiry; the administrator's act is recorded too.
-    if (lease.releasedAt === undefined) await this.record("LeaseBroken", lease, caller);
+    if (lease.releasedAt === undefined && !event.context) await this.record("LeaseBroken", lease, caller);
     if (lease.key !== undefined) await this.opts.fenceObject(lease.bucket, lease.key, fence.token);
     await this.fenceIntents(fence.token, fence.intents);
     this.wakeAfterEnd([lease]);
@@ -488,7 +493,7 @@ export class LeaseService {
   /** Audits leases that ran out without being released (called periodically). */
   async sweepExpired(): Promise<number> {
     const event = this.event("LeaseExpired", { principal: null, requestId: null });
-    const expired = await this.opts.store.collectExpired(event.hook);
+    const expired = await this.opts.store.collectExpired(event.hook, event.context);
     for (const lease of expired) await event.recordIfNotYet(lease);
     this.wakeAfterEnd(expired);
     return expired.length;
@@ -540,7 +545,8 @@ export class LeaseService {
 
   /**
    * An accepted lease event: recorded inside the store's step when the audit log shares its
-   * domain, otherwise right after the store returns.
+   * domain (a hook), by the store's own step when it records lease events itself (a context: the
+   * Redis store with the audit log in the same Redis), otherwise right after the store returns.
    */
   private event(op: string, caller: Caller) {
     const recorded = new Set<string>();
@@ -554,10 +560,14 @@ export class LeaseService {
           recorded.add(`${side ?? op} ${lease.leaseId}`);
         }
       : undefined;
+    const context: LeaseEventContext | undefined = this.storeRecords
+      ? { op, principal: caller.principal, requestId: caller.requestId }
+      : undefined;
     return {
       hook,
+      context,
       recordIfNotYet: async (lease: LeaseRecord, side?: LeaseSideEvent) => {
-        if (!recorded.has(`${side ?? op} ${lease.leaseId}`)) {
+        if (!context && !recorded.has(`${side ?? op} ${lease.leaseId}`)) {
           await this.record(side ?? op, lease, callerOf(side));
         }
       },

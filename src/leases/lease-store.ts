@@ -1,3 +1,4 @@
+import type { AuditLog } from "../audit/audit-log.js";
 import type { TxDomain } from "../core/tx.js";
 
 /**
@@ -85,6 +86,14 @@ export type LeaseEventHook = (lease: LeaseRecord, event?: LeaseSideEvent) => voi
 export type LeaseSideEvent = "LeaseExpired";
 
 /**
+ * For a store that records lease events itself (`recordsEventsIn`): the event a call makes (its
+ * op) and who asked (null for the gateway itself). The store builds each record as LeaseService
+ * would: the lease's fields, this principal and request id, decision accepted; a side event
+ * (LeaseExpired) is nobody's doing and carries neither principal nor request id.
+ */
+export type LeaseEventContext = { op: string; principal: string | null; requestId: string | null };
+
+/**
  * A delegate of a lease: a second access key (its id is `delegateId`) that may renew the lease
  * and write with its token, but neither release it nor delegate further. Its secret is never
  * stored: the gateway derives it from its token-signing key.
@@ -139,13 +148,22 @@ export interface LeaseStore {
    * step (marked ended, listed in `expired`, hooked before the grant), so that a clock stepped
    * back can never make them active beside the new lease, and their expiry is recorded first.
    */
-  tryAcquire(input: AcquireInput, inCommit?: LeaseEventHook): Promise<AcquireResult>;
+  tryAcquire(
+    input: AcquireInput,
+    inCommit?: LeaseEventHook,
+    events?: LeaseEventContext,
+  ): Promise<AcquireResult>;
 
   /** The lease, active or not, as long as the store still remembers it. */
   get(leaseId: string): Promise<LeaseRecord | null>;
 
   /** Extends an active lease. Throws DomainError LeaseNotFound, or LeaseLost when expired/released/superseded. */
-  renew(leaseId: string, ttlMs: number, inCommit?: LeaseEventHook): Promise<LeaseRecord>;
+  renew(
+    leaseId: string,
+    ttlMs: number,
+    inCommit?: LeaseEventHook,
+    events?: LeaseEventContext,
+  ): Promise<LeaseRecord>;
 
   /**
    * Ends a lease. An active lease is released (`releasedAt` set, the hook called for the release).
@@ -153,7 +171,7 @@ export interface LeaseStore {
    * instead (`endedAt` set, `releasedAt` absent, the hook called with "LeaseExpired"). Throws
    * DomainError LeaseNotFound when unknown or already seen to end.
    */
-  release(leaseId: string, inCommit?: LeaseEventHook): Promise<LeaseRecord>;
+  release(leaseId: string, inCommit?: LeaseEventHook, events?: LeaseEventContext): Promise<LeaseRecord>;
 
   /**
    * Ends a lease on an administrator's word, whoever holds it, and hands back what the caller must
@@ -163,7 +181,7 @@ export interface LeaseStore {
    * expiry reported (hook called with "LeaseExpired"). Throws LeaseNotFound when unknown or
    * already seen to end. (Optional while a store is being built; the contract suite requires it.)
    */
-  breakLease?(leaseId: string, inCommit?: LeaseEventHook): Promise<BreakResult>;
+  breakLease?(leaseId: string, inCommit?: LeaseEventHook, events?: LeaseEventContext): Promise<BreakResult>;
 
   /**
    * Delegates (optional while a store is being built; the contract suite requires them). Kept
@@ -174,6 +192,17 @@ export interface LeaseStore {
   listDelegates?(leaseId?: string): Promise<DelegateRecord[]>;
   /** Removes a delegate; false when the lease has no such delegate. */
   removeDelegate?(leaseId: string, delegateId: string): Promise<boolean>;
+
+  /**
+   * Whether the store writes the audit records of its own lease events into `audit`, in the same
+   * atomic step as the change (the Redis store, with the audit log in the same Redis under the
+   * same key prefix): a crash can then never leave a lease change without its record. When it
+   * answers true, the caller passes a LeaseEventContext (`events`) to tryAcquire, renew, release,
+   * breakLease and collectExpired, and appends none of the accepted events they report; a step
+   * whose records the log cannot take changes nothing (LeaseStoreUnavailable). Refused requests
+   * change nothing in the store and stay the caller's to record.
+   */
+  recordsEventsIn?(audit: AuditLog): boolean;
 
   /** Active leases in a bucket (all buckets when omitted) whose resource starts with `prefix`. */
   list(filter: { bucket?: string; prefix?: string }): Promise<LeaseRecord[]>;
@@ -188,7 +217,7 @@ export interface LeaseStore {
    * Leases that have expired without being released and were not reported before; each is
    * reported once (by one replica), so that a LeaseExpired event can be audited.
    */
-  collectExpired(inCommit?: LeaseEventHook): Promise<LeaseRecord[]>;
+  collectExpired(inCommit?: LeaseEventHook, events?: LeaseEventContext): Promise<LeaseRecord[]>;
 
   /**
    * Checks the intent (a fenced write's lease is current and covers the object; no active lease
