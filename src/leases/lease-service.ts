@@ -5,7 +5,6 @@ import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { type LeaseState, leaseState, overlaps, type ResourceRef, resourceOf } from "./lease-rules.js";
 import type {
-  AcquireResult,
   CommitIntentRef,
   DelegateRecord,
   LeaseEventContext,
@@ -15,7 +14,14 @@ import type {
   LeaseSideEvent,
   LeaseStore,
 } from "./lease-store.js";
-import { type Waiter, WaitQueue } from "./wait-queue.js";
+import {
+  type PoolMembership,
+  type SharedWaitLine,
+  type SharesWaiting,
+  type Waiter,
+  type WaitNotice,
+  WaitQueue,
+} from "./wait-queue.js";
 
 export type LeaseLimits = { minTtlMs: number; maxTtlMs: number; maxWaitMs: number };
 
@@ -33,6 +39,13 @@ export type AcquireRequest = {
 
 /** An acquire request in the wait queue, until it is answered. */
 type PendingAcquire = Waiter & {
+  /** Its place in the wait queue shared by every replica (when the store offers one). */
+  ticket: string;
+  /**
+   * May try now: always with the in-process queue (its heads decide); in the shared queue, once
+   * its ticket was seen first in line among overlapping tickets.
+   */
+  head: boolean;
   req: AcquireRequest;
   caller: Caller;
   resolve(lease: LeaseInfo): void;
@@ -82,6 +95,13 @@ export class LeaseService {
   private wakeFilters: Array<(w: PendingAcquire) => boolean> = [];
   private pumping = false;
   private expiryTimer: NodeJS.Timeout | undefined;
+  /**
+   * The wait queue every replica shares, when the store offers one (Redis): this gateway's
+   * waiters stay in `queue` too, but order and wake-ups come from it.
+   */
+  private readonly shared: SharedWaitLine | undefined;
+  private listening: Promise<void> | undefined;
+  private refreshTimer: NodeJS.Timeout | undefined;
   /** Delegates this gateway knows (loaded at start, kept as they are created and revoked). */
   private readonly delegates = new Map<string, { record: DelegateRecord; lease: ResourceRef }>();
   private readonly joinsAudit: boolean;
@@ -92,6 +112,14 @@ export class LeaseService {
     const { store, audit } = opts;
     this.joinsAudit = store.domain !== undefined && store.domain === audit.domain && !!audit.appendInStep;
     this.storeRecords = !this.joinsAudit && (store.recordsEventsIn?.(audit) ?? false);
+    const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
+    this.shared = typeof sharing === "function" ? sharing.call(store) : undefined;
+  }
+
+  /** Pool members shared by every replica, when the store offers it (Pools keeps its own otherwise). */
+  poolMembership(): PoolMembership | undefined {
+    const store = this.opts.store as Partial<SharesWaiting>;
+    return typeof store.sharedPoolMembership === "function" ? store.sharedPoolMembership() : undefined;
   }
 
   get limits(): LeaseLimits {
@@ -224,6 +252,8 @@ export class LeaseService {
     return new Promise<LeaseInfo>((resolve, reject) => {
       const waiter: PendingAcquire = {
         id: this.nextWaiterId++,
+        ticket: randomBytes(12).toString("base64url"),
+        head: this.shared === undefined,
         resource: req.resource,
         heldBy: null,
         req,
@@ -248,6 +278,10 @@ export class LeaseService {
         signal.addEventListener("abort", onAbort, { once: true });
         waiter.cleanup.push(() => signal.removeEventListener("abort", onAbort));
       }
+      if (this.shared) {
+        void this.enqueueShared(this.shared, waiter);
+        return;
+      }
       if (req.waitMs === 0 && this.queue.aheadOf(waiter)) {
         // Earlier waiters come first; one that will not wait does not jump the queue.
         void this.giveUp(waiter);
@@ -255,6 +289,84 @@ export class LeaseService {
       }
       this.wake((w) => w === waiter);
     });
+  }
+
+  /** Takes the waiter's ticket in the shared queue; it tries at once if first in line. */
+  private async enqueueShared(shared: SharedWaitLine, w: PendingAcquire): Promise<void> {
+    let first: boolean;
+    try {
+      this.listening ??= shared
+        .listen((notice) => this.onNotice(notice))
+        .catch((e: unknown) => {
+          this.listening = undefined;
+          throw e;
+        });
+      await this.listening;
+      first = await shared.enqueue(w.ticket, w.req.resource);
+    } catch (e) {
+      if (this.queue.remove(w)) this.settle(w, () => w.reject(e));
+      this.afterLeave(w);
+      return;
+    }
+    // It gave up or went away meanwhile: its ticket, queued after that, leaves too.
+    if (!this.queue.has(w)) return this.afterLeave(w);
+    this.keepTicketsAlive(shared);
+    if (first) w.head = true;
+    if (!w.head) {
+      // Earlier waiters come first; one that will not wait does not jump the queue.
+      if (w.req.waitMs === 0) void this.giveUp(w);
+      return;
+    }
+    // (A wake-up that named it before this answer came has made it try already.)
+    if (!w.trying && w.heldBy === null) this.wake((x) => x === w);
+  }
+
+  /** A wake-up from the shared queue: this gateway's waiters it names are now first in line. */
+  private onNotice(notice: WaitNotice): void {
+    const named = new Set(notice.tickets);
+    const mine = this.queue.all().filter((w) => named.has(w.ticket));
+    if (mine.length === 0) return;
+    for (const w of mine) w.head = true;
+    if (notice.kind === "held") {
+      // They wait for the new holder: its expiry is their wake-up time.
+      for (const w of mine) if (w.heldBy === null) w.heldBy = notice.lease;
+      this.scheduleExpiryWake();
+      return;
+    }
+    const woken = new Set(mine);
+    this.wake((w) => woken.has(w) && (notice.kind === "ended" || w.heldBy === null));
+  }
+
+  /** Refreshes this gateway's tickets while any waits, so that they are not taken for a dead gateway's. */
+  private keepTicketsAlive(shared: SharedWaitLine): void {
+    if (this.refreshTimer) return;
+    this.refreshTimer = setInterval(
+      () => {
+        const tickets = this.queue.all().map((w) => w.ticket);
+        if (tickets.length === 0) {
+          clearInterval(this.refreshTimer);
+          this.refreshTimer = undefined;
+          return;
+        }
+        shared.refresh(tickets).catch(() => undefined);
+      },
+      Math.max(1, Math.floor(shared.ticketTtlMs / 3)),
+    );
+    this.refreshTimer.unref();
+  }
+
+  /** The waiters that may try now. */
+  private heads(): PendingAcquire[] {
+    return this.shared ? this.queue.all().filter((w) => w.head) : this.queue.heads();
+  }
+
+  /**
+   * A waiter left the queue (answered with an error, gave up, went away): those now first in
+   * line are told (the shared queue tells them, in whichever replica they wait).
+   */
+  private afterLeave(w: PendingAcquire): void {
+    if (this.shared) this.shared.leave(w.ticket).catch(() => undefined);
+    else this.wake(newHeads);
   }
 
   /** Tries the waiters at the head of their resource's queue that `filter` picks, one at a time. */
@@ -266,8 +378,8 @@ export class LeaseService {
       try {
         while (this.wakeFilters.length > 0) {
           const filters = this.wakeFilters.splice(0);
-          for (const w of this.queue.heads()) {
-            if (this.queue.has(w) && filters.some((f) => f(w))) await this.attempt(w);
+          for (const w of this.heads()) {
+            if (this.queue.has(w) && !w.trying && filters.some((f) => f(w))) await this.attempt(w);
           }
         }
       } finally {
@@ -286,7 +398,7 @@ export class LeaseService {
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
     this.expiryTimer = undefined;
     let first = Number.POSITIVE_INFINITY;
-    for (const w of this.queue.heads()) if (w.heldBy) first = Math.min(first, w.heldBy.expiresAt);
+    for (const w of this.heads()) if (w.heldBy) first = Math.min(first, w.heldBy.expiresAt);
     if (first === Number.POSITIVE_INFINITY) return;
     const delay = Math.max(1, first - this.opts.clock());
     this.expiryTimer = setTimeout(() => {
@@ -304,20 +416,25 @@ export class LeaseService {
     try {
       for (;;) {
         const event = this.event("LeaseAcquired", caller);
-        const result: AcquireResult = await this.opts.store.tryAcquire(
-          {
-            resource: req.resource,
-            ttlMs: req.ttlMs,
-            owner: req.owner,
-            ...(principal !== null ? { principal } : {}),
-          },
-          event.hook,
-          event.context,
-        );
+        const input = {
+          resource: req.resource,
+          ttlMs: req.ttlMs,
+          owner: req.owner,
+          ...(principal !== null ? { principal } : {}),
+        };
+        // In the shared queue, the grant's own step also checks that its ticket is first in line.
+        const result = this.shared
+          ? await this.shared.tryAcquireAsHead(w.ticket, input, event.context)
+          : await this.opts.store.tryAcquire(input, event.hook, event.context);
+        if ("behind" in result) {
+          w.head = false;
+          break;
+        }
         if (result.granted) {
           this.queue.remove(w);
-          // Those now first in line wait for this lease: its expiry is their wake-up time.
-          for (const x of this.queue.heads()) {
+          // Those now first in line wait for this lease: its expiry is their wake-up time (the
+          // shared queue tells them itself, in the grant's step).
+          for (const x of this.shared ? [] : this.queue.heads()) {
             if (x.heldBy === null && overlaps(x.resource, result.lease)) x.heldBy = result.lease;
           }
           // Expiries this grant saw are recorded before it, in token order.
@@ -341,7 +458,7 @@ export class LeaseService {
     } catch (e) {
       this.queue.remove(w);
       this.settle(w, () => w.reject(e));
-      this.wake(newHeads);
+      this.afterLeave(w);
       return;
     } finally {
       w.trying = false;
@@ -360,13 +477,13 @@ export class LeaseService {
     w.aborted = true;
     if (w.trying || !this.queue.remove(w)) return;
     this.settle(w, () => w.reject(gone()));
-    this.wake(newHeads);
+    this.afterLeave(w);
   }
 
   /** Still held when the waiter's time is up: LeaseHeld, recorded, and the queue moves on. */
   private async giveUp(w: PendingAcquire): Promise<void> {
     if (!this.queue.remove(w)) return;
-    this.wake(newHeads);
+    this.afterLeave(w);
     const { req, caller } = w;
     const held = w.heldBy ?? this.queue.aheadOf(w)?.heldBy ?? null;
     try {
@@ -484,10 +601,16 @@ export class LeaseService {
     return { lease: this.info(lease), floorToken: fence.token };
   }
 
-  /** Active leases, each with the number of requests queued for its resource in this gateway. */
+  /**
+   * Active leases, each with the number of requests queued for its resource (in this gateway, or
+   * in every replica with a shared queue).
+   */
   async list(filter: { bucket?: string; prefix?: string }): Promise<LeaseInfo[]> {
     const leases = await this.opts.store.list(filter);
-    return leases.map((l) => ({ ...this.info(l), waiters: this.queue.waitingOn(resourceOf(l)) }));
+    const counts = this.shared
+      ? await this.shared.waitingOn(leases.map(resourceOf))
+      : leases.map((l) => this.queue.waitingOn(resourceOf(l)));
+    return leases.map((l, i) => ({ ...this.info(l), waiters: counts[i] ?? 0 }));
   }
 
   /** Audits leases that ran out without being released (called periodically). */
@@ -501,7 +624,13 @@ export class LeaseService {
 
   /** Leases ended: the first waiter of each resource they covered tries (one per resource). */
   private wakeAfterEnd(ended: readonly LeaseRecord[]): void {
-    if (ended.length === 0 || this.queue.size === 0) return;
+    if (ended.length === 0) return;
+    if (this.shared) {
+      // Whichever replica's waiter is first in line hears it (this one's too).
+      this.shared.ended(ended.map(resourceOf)).catch(() => undefined);
+      return;
+    }
+    if (this.queue.size === 0) return;
     this.wake((w) => ended.some((lease) => overlaps(lease, w.resource)));
   }
 

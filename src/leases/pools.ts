@@ -2,6 +2,7 @@ import { DomainError } from "../core/errors.js";
 import { groupKey, parseGroupKey } from "./lease-rules.js";
 import type { Caller, LeaseInfo, LeaseService } from "./lease-service.js";
 import type { LeaseResource } from "./lease-store.js";
+import type { PoolMembership } from "./wait-queue.js";
 
 export type PoolConfig = { bucket: string; prefix: string; groups: number };
 
@@ -21,17 +22,21 @@ export type ClaimResult = {
  * claim is also the worker's heartbeat: it renews the worker's group leases, gives back groups
  * above its share (release, so another worker can claim them) and takes free ones up to its
  * share. Handover is always release then re-claim, and every group is an ordinary lease, so no
- * group ever has two owners. Workers are the ones that claimed within their TTL in this gateway,
- * and those holding group leases; shares are the floor or ceiling of groups / workers, the
- * ceilings going to the first workers by name.
+ * group ever has two owners. Workers are the ones that claimed within their TTL (in this gateway,
+ * or in any replica when the lease store shares membership: Redis), and those holding group
+ * leases; shares are the floor or ceiling of groups / workers, the ceilings going to the first
+ * workers by name.
  */
 export class Pools {
   private readonly members = new Map<string, Map<string, number>>();
+  private readonly shared: PoolMembership | undefined;
 
   constructor(
     private readonly service: LeaseService,
     private readonly pools: Readonly<Record<string, PoolConfig>>,
-  ) {}
+  ) {
+    this.shared = service.poolMembership();
+  }
 
   /** Refuses an ordinary lease that would share keys with a pool's groups without overlapping them. */
   checkOrdinary(resource: LeaseResource): void {
@@ -53,13 +58,9 @@ export class Pools {
 
   async claim(name: string, owner: string, ttlMs: number, caller: Caller): Promise<ClaimResult> {
     const pool = this.pool(name);
-    const now = performance.now();
-    const members = this.membersOf(name);
-    members.set(owner, now + ttlMs);
-    for (const [m, until] of members) if (until < now) members.delete(m);
-
+    const members = await this.join(name, owner, ttlMs);
     const held = await this.groupLeases(pool);
-    const workers = new Set([...members.keys(), ...[...held.values()].map((l) => l.owner)]);
+    const workers = new Set([...members, ...[...held.values()].map((l) => l.owner)]);
     const ranked = [...workers].sort();
     const base = Math.floor(pool.groups / ranked.length);
     const target = base + (ranked.indexOf(owner) < pool.groups % ranked.length ? 1 : 0);
@@ -102,7 +103,8 @@ export class Pools {
   /** The worker leaves: its group leases are released for the others to claim. */
   async leave(name: string, owner: string, caller: Caller): Promise<number> {
     const pool = this.pool(name);
-    this.membersOf(name).delete(owner);
+    if (this.shared) await this.shared.leave(name, owner);
+    else this.membersOf(name).delete(owner);
     let released = 0;
     for (const lease of (await this.groupLeases(pool)).values()) {
       if (lease.owner !== owner) continue;
@@ -116,6 +118,16 @@ export class Pools {
     const pool = this.pools[name];
     if (!pool) throw new DomainError("NoSuchEndpoint", `no pool ${name} is configured`);
     return pool;
+  }
+
+  /** The worker is a member for `ttlMs` more; answers the pool's current members. */
+  private async join(name: string, owner: string, ttlMs: number): Promise<string[]> {
+    if (this.shared) return this.shared.join(name, owner, ttlMs);
+    const now = performance.now();
+    const members = this.membersOf(name);
+    members.set(owner, now + ttlMs);
+    for (const [m, until] of members) if (until < now) members.delete(m);
+    return [...members.keys()];
   }
 
   private membersOf(name: string): Map<string, number> {

@@ -1,5 +1,11 @@
 import { overlaps } from "./lease-rules.js";
-import type { LeaseRecord, LeaseResource } from "./lease-store.js";
+import type {
+  AcquireInput,
+  AcquireResult,
+  LeaseEventContext,
+  LeaseRecord,
+  LeaseResource,
+} from "./lease-store.js";
 
 /**
  * Acquire requests waiting for a resource, in arrival order. A waiter may try only when no
@@ -34,6 +40,11 @@ export class WaitQueue<W extends Waiter> {
     return true;
   }
 
+  /** Every waiter, in arrival order. */
+  all(): W[] {
+    return [...this.waiters];
+  }
+
   has(waiter: W): boolean {
     return this.waiters.includes(waiter);
   }
@@ -62,3 +73,55 @@ export class WaitQueue<W extends Waiter> {
     return this.waiters.filter((w) => overlaps(w.resource, resource)).length;
   }
 }
+
+/**
+ * A wait queue shared by every gateway replica on one store (the Redis store offers it): each
+ * waiter holds a ticket in arrival order across replicas, the grant goes only to a ticket first
+ * in line among overlapping tickets (checked in the grant's own atomic step), and wake-ups reach
+ * the replica of the waiter now first in line, whichever replica saw the lease end.
+ */
+export interface SharedWaitLine {
+  /** Queues the ticket; true when no earlier ticket overlaps its resource (it may try at once). */
+  enqueue(ticket: string, resource: LeaseResource): Promise<boolean>;
+  /**
+   * One grant attempt (LeaseStore.tryAcquire), refused (`behind`) unless the ticket is first in
+   * line, in the same atomic step; a grant removes the ticket.
+   */
+  tryAcquireAsHead(ticket: string, input: AcquireInput, events?: LeaseEventContext): Promise<HeadAttempt>;
+  /** The waiter gave up or went away: its ticket leaves at once (unknown tickets are ignored). */
+  leave(ticket: string): Promise<void>;
+  /** Leases ended: the tickets first in line for what they covered are told. */
+  ended(resources: readonly LeaseResource[]): Promise<void>;
+  /** How many tickets, of every replica, overlap each resource. */
+  waitingOn(resources: readonly LeaseResource[]): Promise<number[]>;
+  /** Moves the deadlines of these tickets on (a waiting replica's heartbeat). */
+  refresh(tickets: readonly string[]): Promise<void>;
+  /** Calls `onNotice` for every wake-up; resolves once listening. */
+  listen(onNotice: (notice: WaitNotice) => void): Promise<void>;
+  /** A ticket not refreshed within this long is skipped (its gateway is gone). */
+  readonly ticketTtlMs: number;
+}
+
+export type HeadAttempt = AcquireResult | { granted: false; behind: true };
+
+/**
+ * The tickets now first in line for a resource: after a lease on it ended ("ended": they try),
+ * after a waiter ahead left ("left": those that never tried, try), or after a grant to the
+ * waiter ahead ("held": they wait for `lease` to end).
+ */
+export type WaitNotice =
+  | { kind: "ended" | "left"; tickets: string[] }
+  | { kind: "held"; tickets: string[]; lease: LeaseRecord };
+
+/** Pool members shared by every replica (the Redis store offers it). */
+export interface PoolMembership {
+  /** The worker is a member for `ttlMs` more; answers every current member. */
+  join(pool: string, owner: string, ttlMs: number): Promise<string[]>;
+  leave(pool: string, owner: string): Promise<void>;
+}
+
+/** What a lease store shared by several gateway replicas offers for waiting and pools. */
+export type SharesWaiting = {
+  sharedWaitLine(): SharedWaitLine;
+  sharedPoolMembership(): PoolMembership;
+};

@@ -14,6 +14,7 @@ import { covers, groupOf, parseGroupKey } from "../../src/leases/lease-rules.js"
 import { type Caller, type LeaseInfo, LeaseService } from "../../src/leases/lease-service.js";
 import type { LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
 import { Pools } from "../../src/leases/pools.js";
+import type { SharedWaitLine, SharesWaiting } from "../../src/leases/wait-queue.js";
 
 export type ServiceStoreFactory = () => Promise<{ store: LeaseStore; cleanup: () => Promise<void> }>;
 
@@ -41,10 +42,23 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
       attempts = 0;
       // Counts the store's grant attempts: how many waiters each event woke.
       const counting: LeaseStore = Object.create(store);
-      counting.tryAcquire = (input, hook) => {
+      counting.tryAcquire = (input, hook, events) => {
         attempts++;
-        return store.tryAcquire(input, hook);
+        return store.tryAcquire(input, hook, events);
       };
+      // A store shared by replicas grants a waiter through its shared queue: counted alike.
+      const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
+      if (typeof sharing === "function") {
+        const line = sharing.call(store);
+        const countingLine: SharedWaitLine = {
+          ...line,
+          tryAcquireAsHead: (ticket, input, events) => {
+            attempts++;
+            return line.tryAcquireAsHead(ticket, input, events);
+          },
+        };
+        (counting as LeaseStore & SharesWaiting).sharedWaitLine = () => countingLine;
+      }
       service = new LeaseService({
         store: counting,
         audit: createMemoryAuditLog({ gatewayId: "test" }),

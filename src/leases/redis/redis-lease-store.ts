@@ -7,6 +7,7 @@ import type { Logger } from "../../core/log.js";
 import { judgeIntent, newLeaseId } from "../lease-rules.js";
 import type { AcquireResult, CommitIntent, LeaseRecord, LeaseStore } from "../lease-store.js";
 import { validateAcquire, validateTtl } from "../memory/validate.js";
+import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
 import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
 import { decodeIntents, decodeLease, decodeLeases } from "./lease-codec.js";
 import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "./lua/delegate-scripts.js";
@@ -26,6 +27,7 @@ import {
 } from "./lua/lease-scripts.js";
 import { LuaScript } from "./lua-script.js";
 import { checkRedisSettings, type RedisSettingsReport } from "./redis-settings.js";
+import { createRedisWaiting } from "./redis-wait-queue.js";
 
 export type RedisLeaseStoreOptions = {
   /** redis://[user:password@]host:port[/db], or rediss:// for TLS. */
@@ -56,6 +58,11 @@ export type RedisLeaseStoreOptions = {
    */
   quarantineMs?: number;
   log?: Logger;
+  /**
+   * A waiter's ticket in the shared wait queue is skipped once its gateway has not refreshed it
+   * for this long (the gateway died). Default 10 s.
+   */
+  waitTicketTtlMs?: number;
 };
 
 /** A lease's delegate, as LeaseStore keeps it (see DelegateRecord there). */
@@ -80,6 +87,10 @@ export type RedisLeaseStore = LeaseStore & {
   readonly settings: RedisSettingsReport | null;
   /** Checks the settings again now (it also runs on every reconnect and every 30 s). */
   checkSettings(): Promise<RedisSettingsReport>;
+  /** The wait queue every replica on this Redis shares (redis-wait-queue.ts). */
+  sharedWaitLine(): SharedWaitLine;
+  /** Pool members of every replica on this Redis. */
+  sharedPoolMembership(): PoolMembership;
 };
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -196,6 +207,16 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
   let closed = false;
   let advancing: Promise<void> | null = null;
   let lastSweepAt = Number.NEGATIVE_INFINITY;
+  let waiting: ReturnType<typeof createRedisWaiting> | undefined;
+  const sharedWaiting = () =>
+    (waiting ??= createRedisWaiting({
+      redis,
+      keyPrefix: P,
+      run,
+      runAcquire: (script, args) => runWithFloor(script, args),
+      ticketTtlMs: opts.waitTicketTtlMs ?? 10_000,
+      ...(opts.log ? { log: opts.log } : {}),
+    }));
 
   const unavailable = (why: string) =>
     new DomainError("LeaseStoreUnavailable", `the Redis lease store (${where}) is unavailable: ${why}`);
@@ -455,6 +476,10 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       lastSweepAt = Date.now();
       return Number(await run(SCRIPTS.sweep, [SWEEP_LIMIT]));
     },
+
+    sharedWaitLine: () => sharedWaiting().line,
+
+    sharedPoolMembership: () => sharedWaiting().pools,
   };
 }
 

@@ -1,0 +1,194 @@
+import { ACQUIRE } from "./lease-scripts.js";
+import { PRELUDE } from "./prelude.js";
+
+/**
+ * The wait queue every gateway replica shares (redis-wait-queue.ts), and pool membership. Each
+ * script starts with the lease prelude (KEYS[1] = P, ARGV[1..2] = clock, retention).
+ *
+ * Key layout under P:
+ * - `P:wseq`   the arrival counter: each waiter's ticket takes the next number, in Redis;
+ * - `P:wq:<b>` the bucket's waiter tickets by arrival number (a sorted set);
+ * - `P:wt:<id>` hash: b, kd ('k' | 'p'), s (key or prefix), dl (deadline: refreshed by its
+ *              gateway while it waits; a ticket past it is dropped, so a dead gateway's waiter
+ *              is skipped), seq;
+ * - `P:pool:<name>` hash: worker → until (ms) (pool membership, every replica's workers).
+ * Wake-ups are published on `P:wake` as JSON {m = 'ended' | 'left' | 'held', t = [ticket ids],
+ * l = the holder (HGETALL), for 'held'}: the tickets now first in line for the resource concerned.
+ */
+const WAIT_LIB = `
+local function w_overlaps(k1, s1, k2, s2)
+  if k1 == 'k' and k2 == 'k' then return s1 == s2 end
+  if k1 == 'p' and string.sub(s2, 1, #s1) == s1 then return true end
+  if k2 == 'p' and string.sub(s1, 1, #s2) == s2 then return true end
+  return false
+end
+local function w_queue(b) return P .. ':wq:' .. bk(b) end
+local function w_drop(b, id)
+  redis.call('ZREM', w_queue(b), id)
+  redis.call('DEL', P .. ':wt:' .. id)
+end
+-- The bucket's live tickets in arrival order (up to arrival number 'before', excluded, if
+-- given); tickets past their deadline are dropped on the way.
+local function w_live(b, now, before)
+  local max = '+inf'
+  if before then max = '(' .. fmt(before) end
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', w_queue(b), '-inf', max)) do
+    local t = redis.call('HMGET', P .. ':wt:' .. id, 'kd', 's', 'dl')
+    if not t[1] or tonumber(t[3]) <= now then
+      w_drop(b, id)
+    else
+      out[#out + 1] = {id = id, kd = t[1], s = t[2]}
+    end
+  end
+  return out
+end
+-- Whether a live ticket that arrived before 'seq' overlaps (kd, s).
+local function w_ahead(b, kd, s, seq, now)
+  for _, t in ipairs(w_live(b, now, seq)) do
+    if w_overlaps(t.kd, t.s, kd, s) then return true end
+  end
+  return false
+end
+-- The tickets first in line among those overlapping (kd, s): no earlier live ticket overlaps them.
+local function w_heads(b, kd, s, now, acc, seen)
+  local live = w_live(b, now, nil)
+  for i, t in ipairs(live) do
+    if not seen[t.id] and w_overlaps(t.kd, t.s, kd, s) then
+      local first = true
+      for j = 1, i - 1 do
+        if w_overlaps(live[j].kd, live[j].s, t.kd, t.s) then first = false; break end
+      end
+      if first then seen[t.id] = true; acc[#acc + 1] = t.id end
+    end
+  end
+  return acc
+end
+local function w_publish(kind, heads, holder)
+  if #heads == 0 then return end
+  local msg = {m = kind, t = heads}
+  if holder then msg.l = holder end
+  redis.call('PUBLISH', P .. ':wake', cjson.encode(msg))
+end
+`;
+
+/**
+ * ARGV[3..7]: ticket id, kind ('k' | 'p'), bucket, key or prefix, ticket TTL (ms). Takes the
+ * next arrival number and queues the ticket. Answers 1 when no earlier live ticket overlaps it
+ * (it may try at once), 0 otherwise.
+ */
+export const ENQUEUE = `${PRELUDE}${WAIT_LIB}
+local id, kd, b, s, ttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7])
+local now = clock(false)
+local seq = redis.call('INCR', P .. ':wseq')
+redis.call('HSET', P .. ':wt:' .. id, 'b', b, 'kd', kd, 's', s, 'dl', fmt(now + ttl), 'seq', fmt(seq))
+redis.call('PEXPIRE', P .. ':wt:' .. id, fmt(ttl + 60000))
+redis.call('ZADD', w_queue(b), seq, id)
+if w_ahead(b, kd, s, seq, now) then return 0 end
+return 1
+`;
+
+if (!ACQUIRE.startsWith(PRELUDE)) throw new Error("the acquire script no longer starts with the prelude");
+
+/**
+ * The acquire script (lease-scripts.ts), with the same arguments, for a queued waiter whose
+ * ticket key is KEYS[2]: in the same atomic step, nothing is granted unless the ticket is live
+ * and no earlier live ticket overlaps it. Answers {'gone'} (the ticket expired: queue again), {'behind'}, or what
+ * the acquire script answers; a grant removes the ticket and publishes 'held' for the tickets
+ * now first in line.
+ */
+export const ACQUIRE_AS_HEAD = `${PRELUDE}${WAIT_LIB}
+local TICKET = string.sub(KEYS[2], #P + 5)
+local tk = redis.call('HMGET', KEYS[2], 'b', 'kd', 's', 'dl', 'seq')
+local now0 = clock(false)
+if not tk[1] or tonumber(tk[4]) <= now0 then return {'gone'} end
+if w_ahead(tk[1], tk[2], tk[3], tonumber(tk[5]), now0) then return {'behind'} end
+local function acquire()
+${ACQUIRE.slice(PRELUDE.length)}
+end
+local r = acquire()
+if r[1] == 'granted' then
+  w_drop(tk[1], TICKET)
+  w_publish('held', w_heads(tk[1], tk[2], tk[3], now0, {}, {}), r[2])
+end
+return r
+`;
+
+/** ARGV[3]: ticket id. Removes it; publishes 'left' for the tickets now first in line. */
+export const LEAVE = `${PRELUDE}${WAIT_LIB}
+local id = ARGV[3]
+local t = redis.call('HMGET', P .. ':wt:' .. id, 'b', 'kd', 's')
+if not t[1] then return 0 end
+w_drop(t[1], id)
+w_publish('left', w_heads(t[1], t[2], t[3], clock(false), {}, {}), nil)
+return 1
+`;
+
+/**
+ * ARGV[3..]: (kind, bucket, key or prefix) of each lease that ended. Publishes 'ended' for the
+ * tickets first in line among those overlapping them.
+ */
+export const ENDED = `${PRELUDE}${WAIT_LIB}
+local now = clock(false)
+local heads, seen = {}, {}
+for i = 3, #ARGV, 3 do w_heads(ARGV[i + 1], ARGV[i], ARGV[i + 2], now, heads, seen) end
+w_publish('ended', heads, nil)
+return #heads
+`;
+
+/** ARGV[3..]: (kind, bucket, key or prefix) triples. Answers the live tickets overlapping each. */
+export const COUNT = `${PRELUDE}${WAIT_LIB}
+local now = clock(false)
+local out = {}
+for i = 3, #ARGV, 3 do
+  local n = 0
+  for _, t in ipairs(w_live(ARGV[i + 1], now, nil)) do
+    if w_overlaps(t.kd, t.s, ARGV[i], ARGV[i + 2]) then n = n + 1 end
+  end
+  out[#out + 1] = n
+end
+return out
+`;
+
+/** ARGV[3]: ticket TTL (ms); ARGV[4..]: ticket ids still waiting. Moves their deadlines on. */
+export const REFRESH = `${PRELUDE}
+local now, ttl = clock(false), tonumber(ARGV[3])
+local n = 0
+for i = 4, #ARGV do
+  local key = P .. ':wt:' .. ARGV[i]
+  if redis.call('EXISTS', key) == 1 then
+    redis.call('HSET', key, 'dl', fmt(now + ttl))
+    redis.call('PEXPIRE', key, fmt(ttl + 60000))
+    n = n + 1
+  end
+end
+return n
+`;
+
+/**
+ * ARGV[3..5]: pool, worker, TTL (ms). The worker is a member until now + TTL; answers every
+ * member whose time has not run out (expired ones are dropped).
+ */
+export const POOL_JOIN = `${PRELUDE}
+local key, owner, ttl = P .. ':pool:' .. ARGV[3], ARGV[4], tonumber(ARGV[5])
+local now = clock(false)
+redis.call('HSET', key, owner, fmt(now + ttl))
+local out, longest = {}, ttl
+local all = redis.call('HGETALL', key)
+for i = 1, #all, 2 do
+  local until_ = tonumber(all[i + 1])
+  if until_ < now then
+    redis.call('HDEL', key, all[i])
+  else
+    out[#out + 1] = all[i]
+    if until_ - now > longest then longest = until_ - now end
+  end
+end
+redis.call('PEXPIRE', key, fmt(longest + 60000))
+return out
+`;
+
+/** ARGV[3..4]: pool, worker. */
+export const POOL_LEAVE = `${PRELUDE}
+return redis.call('HDEL', P .. ':pool:' .. ARGV[3], ARGV[4])
+`;

@@ -1,0 +1,172 @@
+import type { Redis } from "ioredis";
+import type { Logger } from "../../core/log.js";
+import { newLeaseId } from "../lease-rules.js";
+import type { LeaseEventContext, LeaseResource } from "../lease-store.js";
+import { validateAcquire } from "../memory/validate.js";
+import type { HeadAttempt, PoolMembership, SharedWaitLine, WaitNotice } from "../wait-queue.js";
+import { decodeIntents, decodeLease, decodeLeases } from "./lease-codec.js";
+import {
+  ACQUIRE_AS_HEAD,
+  COUNT,
+  ENDED,
+  ENQUEUE,
+  LEAVE,
+  POOL_JOIN,
+  POOL_LEAVE,
+  REFRESH,
+} from "./lua/wait-scripts.js";
+import { LuaScript } from "./lua-script.js";
+
+const SCRIPTS = {
+  enqueue: new LuaScript("wait-enqueue", ENQUEUE),
+  acquireAsHead: new LuaScript("wait-acquire", ACQUIRE_AS_HEAD),
+  leave: new LuaScript("wait-leave", LEAVE),
+  ended: new LuaScript("wait-ended", ENDED),
+  count: new LuaScript("wait-count", COUNT),
+  refresh: new LuaScript("wait-refresh", REFRESH),
+  poolJoin: new LuaScript("pool-join", POOL_JOIN),
+  poolLeave: new LuaScript("pool-leave", POOL_LEAVE),
+};
+
+export type RedisWaitingDeps = {
+  /** The store's connection: commands run on it; wake-ups arrive on a duplicate of it. */
+  redis: Redis;
+  keyPrefix: string;
+  /** The store's script runner (clock and retention arguments, fail-closed errors). */
+  run(script: LuaScript, args: readonly (string | number)[]): Promise<unknown>;
+  /**
+   * How the store runs its acquire script (token floor, epoch, quarantine, and the lease events'
+   * audit records in the same step when `events` is given).
+   */
+  runAcquire(
+    script: LuaScript,
+    args: readonly (string | number)[],
+    events: LeaseEventContext | undefined,
+  ): Promise<unknown[]>;
+  ticketTtlMs: number;
+  log?: Logger;
+};
+
+const resourceArgs = (r: LeaseResource): [string, string, string] =>
+  r.key !== undefined ? ["k", r.bucket, r.key] : ["p", r.bucket, r.prefix];
+
+/**
+ * The wait queue and pool membership of every gateway replica on one Redis (scripts in
+ * lua/wait-scripts.ts). Wake-ups come by pub/sub on one channel, on a connection of their own,
+ * opened on the first listen() and closed with the store's connection.
+ */
+export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLine; pools: PoolMembership } {
+  const { run, runAcquire, ticketTtlMs } = deps;
+  const channel = `${deps.keyPrefix}:wake`;
+  const listeners: Array<(n: WaitNotice) => void> = [];
+  let listening: Promise<void> | null = null;
+
+  const enqueue = async (ticket: string, resource: LeaseResource): Promise<boolean> =>
+    Number(await run(SCRIPTS.enqueue, [ticket, ...resourceArgs(resource), ticketTtlMs])) === 1;
+
+  function subscribe(): Promise<void> {
+    const sub = deps.redis.duplicate({
+      enableOfflineQueue: true,
+      autoResubscribe: true,
+      maxRetriesPerRequest: null,
+      commandTimeout: undefined,
+    });
+    sub.on("error", (e: Error) => deps.log?.warn({ err: e.message }, "Redis wait queue: wake-ups"));
+    sub.on("message", (_channel: string, message: string) => {
+      let notice: WaitNotice;
+      try {
+        const m = JSON.parse(message) as { m: string; t: unknown; l?: unknown };
+        const tickets = Array.isArray(m.t) ? m.t.map(String) : [];
+        if (m.m === "held") {
+          const lease = decodeLease(m.l);
+          if (!lease) return;
+          notice = { kind: "held", tickets, lease };
+        } else if (m.m === "ended" || m.m === "left") {
+          notice = { kind: m.m, tickets };
+        } else return;
+      } catch {
+        return;
+      }
+      for (const listener of listeners) listener(notice);
+    });
+    // The store's connection ends only when the store is closed: so do wake-ups.
+    deps.redis.once("end", () => sub.disconnect());
+    return sub.subscribe(channel).then(() => undefined);
+  }
+
+  const line: SharedWaitLine = {
+    ticketTtlMs,
+    enqueue,
+
+    async tryAcquireAsHead(ticket, input, events): Promise<HeadAttempt> {
+      validateAcquire(input);
+      const [kind, bucket, s] = resourceArgs(input.resource);
+      for (let attempt = 0; attempt < 3; attempt++) {
+        const script = withTicketKey(SCRIPTS.acquireAsHead, `${deps.keyPrefix}:wt:${ticket}`);
+        const args = [kind, bucket, s, input.owner, input.ttlMs, newLeaseId(), input.principal ?? ""];
+        const reply = await runAcquire(script, args, events);
+        switch (reply[0]) {
+          case "granted":
+            return { granted: true, lease: decodeLease(reply[1])!, expired: decodeLeases(reply[2]) };
+          case "held":
+            return { granted: false, heldBy: decodeLease(reply[1])! };
+          case "fence":
+            return { granted: false, fence: { token: Number(reply[1]), intents: decodeIntents(reply[2]) } };
+          case "behind":
+            return { granted: false, behind: true };
+          case "gone":
+            // Its deadline passed (the gateway could not refresh it): queued again, at the back.
+            if (!(await enqueue(ticket, input.resource))) return { granted: false, behind: true };
+            continue;
+          default:
+            throw new Error(`unexpected answer from the acquire script: ${String(reply[0])}`);
+        }
+      }
+      return { granted: false, behind: true };
+    },
+
+    async leave(ticket) {
+      await run(SCRIPTS.leave, [ticket]);
+    },
+
+    async ended(resources) {
+      if (resources.length > 0) await run(SCRIPTS.ended, resources.flatMap(resourceArgs));
+    },
+
+    async waitingOn(resources) {
+      if (resources.length === 0) return [];
+      const counts = (await run(SCRIPTS.count, resources.flatMap(resourceArgs))) as unknown[];
+      return counts.map(Number);
+    },
+
+    async refresh(tickets) {
+      if (tickets.length > 0) await run(SCRIPTS.refresh, [ticketTtlMs, ...tickets]);
+    },
+
+    listen(onNotice) {
+      listeners.push(onNotice);
+      listening ??= subscribe().catch((e: unknown) => {
+        listening = null;
+        throw e;
+      });
+      return listening;
+    },
+  };
+
+  const pools: PoolMembership = {
+    async join(pool, owner, ttlMs) {
+      return ((await run(SCRIPTS.poolJoin, [pool, owner, ttlMs])) as unknown[]).map(String);
+    },
+    async leave(pool, owner) {
+      await run(SCRIPTS.poolLeave, [pool, owner]);
+    },
+  };
+  return { line, pools };
+}
+
+/** The script run with one more key after the store's own (the ticket's key, KEYS[2]). */
+function withTicketKey(script: LuaScript, ticketKey: string): LuaScript {
+  const bound: LuaScript = Object.create(script);
+  bound.run = (redis, keys, args) => script.run(redis, [...keys, ticketKey], args);
+  return bound;
+}
