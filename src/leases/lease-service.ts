@@ -15,6 +15,7 @@ import type {
   LeaseStore,
 } from "./lease-store.js";
 import {
+  type DelegateNotice,
   type PoolMembership,
   type SharedWaitLine,
   type SharesWaiting,
@@ -164,6 +165,8 @@ export class LeaseService {
   /** Loads the delegates of the leases the store remembers (at start). */
   async loadDelegates(): Promise<void> {
     const store = this.opts.store;
+    // Delegates added or removed through other replicas from now on are heard of at once.
+    if (this.shared) await this.listen(this.shared);
     if (!store.listDelegates) return;
     for (const record of await store.listDelegates()) {
       const lease = await store.get(record.leaseId);
@@ -203,6 +206,10 @@ export class LeaseService {
     };
     await store.addDelegate(delegate);
     this.delegates.set(delegate.delegateId, { record: delegate, lease: resourceOf(lease) });
+    // Every replica accepts the credential from now on (the store keeps it for those that start later).
+    await this.shared
+      ?.announce({ kind: "delegate-added", delegate, lease: resourceOf(lease) })
+      .catch(() => undefined);
     await this.opts.audit.append({
       ...this.draft("LeaseDelegateAdded", lease, caller),
       owner: delegate.delegateId,
@@ -225,6 +232,7 @@ export class LeaseService {
     const removed = (await this.opts.store.removeDelegate?.(leaseId, delegateId)) ?? false;
     if (!removed) throw new DomainError("NoSuchEndpoint", `lease ${leaseId} has no delegate ${delegateId}`);
     this.delegates.delete(delegateId);
+    await this.shared?.announce({ kind: "delegate-removed", leaseId, delegateId }).catch(() => undefined);
     await this.opts.audit.append({ ...this.draft("LeaseDelegateRemoved", lease, caller), owner: delegateId });
   }
 
@@ -295,13 +303,7 @@ export class LeaseService {
   private async enqueueShared(shared: SharedWaitLine, w: PendingAcquire): Promise<void> {
     let first: boolean;
     try {
-      this.listening ??= shared
-        .listen((notice) => this.onNotice(notice))
-        .catch((e: unknown) => {
-          this.listening = undefined;
-          throw e;
-        });
-      await this.listening;
+      await this.listen(shared);
       first = await shared.enqueue(w.ticket, w.req.resource);
     } catch (e) {
       if (this.queue.remove(w)) this.settle(w, () => w.reject(e));
@@ -321,8 +323,32 @@ export class LeaseService {
     if (!w.trying && w.heldBy === null) this.wake((x) => x === w);
   }
 
-  /** A wake-up from the shared queue: this gateway's waiters it names are now first in line. */
-  private onNotice(notice: WaitNotice): void {
+  /** Hears the shared queue's wake-ups and the other replicas' delegates (from the first need on). */
+  private listen(shared: SharedWaitLine): Promise<void> {
+    this.listening ??= shared
+      .listen((notice) => this.onNotice(notice))
+      .catch((e: unknown) => {
+        this.listening = undefined;
+        throw e;
+      });
+    return this.listening;
+  }
+
+  /**
+   * A wake-up from the shared queue: this gateway's waiters it names are now first in line. Or a
+   * delegate added or removed through some replica.
+   */
+  private onNotice(notice: WaitNotice | DelegateNotice): void {
+    if (notice.kind === "delegate-added") {
+      this.delegates.set(notice.delegate.delegateId, { record: notice.delegate, lease: notice.lease });
+      return;
+    }
+    if (notice.kind === "delegate-removed") {
+      if (this.delegates.get(notice.delegateId)?.record.leaseId === notice.leaseId) {
+        this.delegates.delete(notice.delegateId);
+      }
+      return;
+    }
     const named = new Set(notice.tickets);
     const mine = this.queue.all().filter((w) => named.has(w.ticket));
     if (mine.length === 0) return;

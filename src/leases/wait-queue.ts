@@ -1,7 +1,8 @@
-import { overlaps } from "./lease-rules.js";
+import { overlaps, type ResourceRef } from "./lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
+  DelegateRecord,
   LeaseEventContext,
   LeaseRecord,
   LeaseResource,
@@ -96,8 +97,10 @@ export interface SharedWaitLine {
   waitingOn(resources: readonly LeaseResource[]): Promise<number[]>;
   /** Moves the deadlines of these tickets on (a waiting replica's heartbeat). */
   refresh(tickets: readonly string[]): Promise<void>;
-  /** Calls `onNotice` for every wake-up; resolves once listening. */
-  listen(onNotice: (notice: WaitNotice) => void): Promise<void>;
+  /** Tells every replica (this one too) that a delegate was added or removed. */
+  announce(notice: DelegateNotice): Promise<void>;
+  /** Calls `onNotice` for every wake-up and delegate notice; resolves once listening. */
+  listen(onNotice: (notice: WaitNotice | DelegateNotice) => void): Promise<void>;
   /** A ticket not refreshed within this long is skipped (its gateway is gone). */
   readonly ticketTtlMs: number;
 }
@@ -112,6 +115,14 @@ export type HeadAttempt = AcquireResult | { granted: false; behind: true };
 export type WaitNotice =
   | { kind: "ended" | "left"; tickets: string[] }
   | { kind: "held"; tickets: string[]; lease: LeaseRecord };
+
+/**
+ * A delegate added or removed through one replica: every replica keeps the delegates it knows
+ * (their credentials are looked up synchronously when a request is authenticated).
+ */
+export type DelegateNotice =
+  | { kind: "delegate-added"; delegate: DelegateRecord; lease: ResourceRef }
+  | { kind: "delegate-removed"; leaseId: string; delegateId: string };
 
 /** Pool members shared by every replica (the Redis store offers it). */
 export interface PoolMembership {

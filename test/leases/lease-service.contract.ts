@@ -3,7 +3,8 @@
  * fair FIFO waiting per resource. Waiters are served in arrival order; a lease that ends wakes
  * only the next waiter of its resource (counted at the store: one tryAcquire per release); a
  * waiter that gives up or whose client disconnects leaves the queue at once; a prefix waiter is
- * not starved by key requests under it; listings show each resource's queue length.
+ * not starved by key requests under it; listings show each resource's queue length. An
+ * administrator's break wakes the next waiter like a release; delegates are added, seen and removed.
  * Real time (the waiting is on timers), short TTLs.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -22,9 +23,13 @@ const CALLER: Caller = { principal: null, requestId: null };
 const LIMITS = { minTtlMs: 1, maxTtlMs: 3_600_000, maxWaitMs: 60_000 };
 
 /** Resolves once `check` holds, polling briefly (test-side only). */
-async function until(check: () => boolean, what: string, timeoutMs = 5_000): Promise<void> {
+async function until(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 5_000,
+): Promise<void> {
   const start = Date.now();
-  while (!check()) {
+  while (!(await check())) {
     if (Date.now() - start > timeoutMs) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 2));
   }
@@ -65,6 +70,7 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
         clock: systemClock,
         limits: LIMITS,
         fenceObject: async () => {},
+        delegateSecret: (id) => `secret-of-${id}`,
       });
     });
 
@@ -201,6 +207,43 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
       expect(leases.filter((l) => l.owner === "x")).toHaveLength(4);
       expect(leases.filter((l) => l.owner === "z")).toHaveLength(4);
       expect(() => pools.checkOrdinary({ bucket: "b", key: "g/a" })).toThrow(/pool p/);
+    });
+
+    it("a break wakes the next waiter, and only it", async () => {
+      const resource = { bucket: "b", key: "k" };
+      const holder = await acquire(resource, 0, "holder");
+      const first = track(acquire(resource, 30_000, "first"));
+      await until(() => attempts === 2, "the first waiter's attempt");
+      const second = track(acquire(resource, 30_000, "second"));
+      await until(async () => (await service.list({ bucket: "b" }))[0]?.waiters === 2, "both queued");
+      const before = attempts;
+      const broken = await service.breakLease(holder.leaseId, CALLER);
+      expect(broken.floorToken).toBeGreaterThan(holder.token);
+      await until(() => first.lease !== undefined, "the grant after the break");
+      expect(attempts - before).toBe(1);
+      expect(second.lease).toBeUndefined();
+      expect(first.lease!.token).toBeGreaterThan(broken.floorToken);
+    });
+
+    it("delegates: added by the lease's owner, known by their credential and scope, removed at once", async () => {
+      const lease = await acquire({ bucket: "b", prefix: "d/" }, 0, "owner");
+      const { delegate, secretAccessKey } = await service.addDelegate(lease.leaseId, CALLER);
+      expect(secretAccessKey).toBe(`secret-of-${delegate.delegateId}`);
+      expect(service.delegateSecretOf(delegate.delegateId)).toBe(secretAccessKey);
+      expect(service.delegateScope(delegate.delegateId)).toMatchObject({
+        bucket: "b",
+        prefix: "d/",
+        leaseId: lease.leaseId,
+      });
+      expect((await service.listDelegates(lease.leaseId, CALLER)).map((d) => d.delegateId)).toEqual([
+        delegate.delegateId,
+      ]);
+      // The delegate renews the lease.
+      const asDelegate: Caller = { principal: delegate.delegateId, requestId: null };
+      expect((await service.renew(lease.leaseId, 60_000, asDelegate)).leaseId).toBe(lease.leaseId);
+      await service.removeDelegate(lease.leaseId, delegate.delegateId, CALLER);
+      expect(service.delegateSecretOf(delegate.delegateId)).toBeUndefined();
+      expect(await service.listDelegates(lease.leaseId, CALLER)).toEqual([]);
     });
 
     it("wakes a waiter when the holder expires, without polling in between", async () => {

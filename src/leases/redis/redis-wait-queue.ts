@@ -3,10 +3,17 @@ import type { Logger } from "../../core/log.js";
 import { newLeaseId } from "../lease-rules.js";
 import type { LeaseEventContext, LeaseResource } from "../lease-store.js";
 import { validateAcquire } from "../memory/validate.js";
-import type { HeadAttempt, PoolMembership, SharedWaitLine, WaitNotice } from "../wait-queue.js";
+import type {
+  DelegateNotice,
+  HeadAttempt,
+  PoolMembership,
+  SharedWaitLine,
+  WaitNotice,
+} from "../wait-queue.js";
 import { decodeIntents, decodeLease, decodeLeases } from "./lease-codec.js";
 import {
   ACQUIRE_AS_HEAD,
+  ANNOUNCE,
   COUNT,
   ENDED,
   ENQUEUE,
@@ -26,6 +33,7 @@ const SCRIPTS = {
   refresh: new LuaScript("wait-refresh", REFRESH),
   poolJoin: new LuaScript("pool-join", POOL_JOIN),
   poolLeave: new LuaScript("pool-leave", POOL_LEAVE),
+  announce: new LuaScript("announce", ANNOUNCE),
 };
 
 export type RedisWaitingDeps = {
@@ -58,7 +66,7 @@ const resourceArgs = (r: LeaseResource): [string, string, string] =>
 export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLine; pools: PoolMembership } {
   const { run, runAcquire, ticketTtlMs } = deps;
   const channel = `${deps.keyPrefix}:wake`;
-  const listeners: Array<(n: WaitNotice) => void> = [];
+  const listeners: Array<(n: WaitNotice | DelegateNotice) => void> = [];
   let listening: Promise<void> | null = null;
 
   const enqueue = async (ticket: string, resource: LeaseResource): Promise<boolean> =>
@@ -73,9 +81,9 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
     });
     sub.on("error", (e: Error) => deps.log?.warn({ err: e.message }, "Redis wait queue: wake-ups"));
     sub.on("message", (_channel: string, message: string) => {
-      let notice: WaitNotice;
+      let notice: WaitNotice | DelegateNotice;
       try {
-        const m = JSON.parse(message) as { m: string; t: unknown; l?: unknown };
+        const m = JSON.parse(message) as { m: string; t: unknown; l?: unknown; d?: unknown; r?: unknown };
         const tickets = Array.isArray(m.t) ? m.t.map(String) : [];
         if (m.m === "held") {
           const lease = decodeLease(m.l);
@@ -83,6 +91,8 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
           notice = { kind: "held", tickets, lease };
         } else if (m.m === "ended" || m.m === "left") {
           notice = { kind: m.m, tickets };
+        } else if (m.m === "delegate-added" || m.m === "delegate-removed") {
+          notice = { ...(m as object), kind: m.m } as DelegateNotice;
         } else return;
       } catch {
         return;
@@ -141,6 +151,10 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
 
     async refresh(tickets) {
       if (tickets.length > 0) await run(SCRIPTS.refresh, [ticketTtlMs, ...tickets]);
+    },
+
+    async announce(notice) {
+      await run(SCRIPTS.announce, [JSON.stringify({ m: notice.kind, ...notice })]);
     },
 
     listen(onNotice) {

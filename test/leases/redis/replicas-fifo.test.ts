@@ -81,7 +81,10 @@ async function replicas(n: number, opts: { waitTicketTtlMs?: number } = {}): Pro
       clock: systemClock,
       limits: LIMITS,
       fenceObject: async () => {},
+      delegateSecret: (id) => `secret-of-${id}`,
     });
+    // As a gateway does at start: the delegates the store keeps, and those announced from now on.
+    await service.loadDelegates();
     out.push({ store, service, attempts: () => attempts });
   }
   return out;
@@ -187,6 +190,36 @@ describe("fair waiting across three replicas on one Redis", () => {
     await until(() => next.lease !== undefined, "the grant to the live waiter");
     expect(doomed.lease).toBeUndefined();
   }, 30_000);
+});
+
+describe("breaks and delegates across three replicas on one Redis", () => {
+  it("a break through one replica wakes the next waiter on another; a delegate added through one replica is known to the others at once, and so is its removal", async () => {
+    const rs = await replicas(3);
+    const total = () => rs.reduce((n, r) => n + r.attempts(), 0);
+    const resource = { bucket: "b", key: "k" };
+    const holder = await acquire(rs[0]!, resource, 0, "holder");
+    const next = track(acquire(rs[1]!, resource, 30_000, "next"));
+    await until(async () => (await queued(rs[2]!, "b")) === 1, "the waiter queued");
+    await until(() => total() === 2, "the waiter's attempt on arrival");
+    const before = total();
+    const broken = await rs[2]!.service.breakLease(holder.leaseId, CALLER);
+    await until(() => next.lease !== undefined, "the grant after the break");
+    expect(total() - before).toBe(1);
+    expect(next.lease!.token).toBeGreaterThan(broken.floorToken);
+
+    const leaseId = next.lease!.leaseId;
+    const { delegate, secretAccessKey } = await rs[0]!.service.addDelegate(leaseId, CALLER);
+    const id = delegate.delegateId;
+    for (const r of rs)
+      await until(() => r.service.delegateSecretOf(id) === secretAccessKey, "the delegate known");
+    expect(rs[2]!.service.delegateScope(id)).toMatchObject({ bucket: "b", key: "k", leaseId });
+    // The delegate renews through another replica than the one it was created on.
+    const renewed = await rs[1]!.service.renew(leaseId, 60_000, { principal: id, requestId: null });
+    expect(renewed.leaseId).toBe(leaseId);
+    await rs[2]!.service.removeDelegate(leaseId, id, CALLER);
+    for (const r of rs)
+      await until(() => r.service.delegateSecretOf(id) === undefined, "the delegate forgotten");
+  });
 });
 
 describe("pools across three replicas on one Redis", () => {

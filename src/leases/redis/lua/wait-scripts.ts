@@ -188,6 +188,11 @@ redis.call('PEXPIRE', key, fmt(longest + 60000))
 return out
 `;
 
+/** ARGV[3]: a notice for every replica (JSON), published on the wake-up channel. */
+export const ANNOUNCE = `${PRELUDE}
+return redis.call('PUBLISH', P .. ':wake', ARGV[3])
+`;
+
 /** ARGV[3..4]: pool, worker. */
 export const POOL_LEAVE = `${PRELUDE}
 return redis.call('HDEL', P .. ':pool:' .. ARGV[3], ARGV[4])
