@@ -58,6 +58,9 @@ export async function auditRedisBench(opts: AuditBenchOptions): Promise<Row[]> {
     // Fill the log through the append script itself, pipelined.
     const started = Date.now();
     const sha = await APPEND.load(redis);
+    // A new log starts its counter at 0 (the append script refuses while the counter is missing,
+    // which is how it notices that Redis lost its data).
+    await redis.set(`${PREFIX}:a:seq`, "0", "NX");
     for (let i = 0; i < opts.records; i += 2_000) {
       const pipeline = redis.pipeline();
       for (let j = i; j < Math.min(opts.records, i + 2_000); j++) {
