@@ -37,7 +37,38 @@ export type RedisAuditLog = AuditLog & {
   readonly keyPrefix: string;
   /** Moves due records to the archive now (also done every retention.intervalMs). */
   archiveNow(): Promise<number>;
+  /** For scripts of other components that append records themselves (see InScriptAppends). */
+  readonly inScript: InScriptAppends;
 };
+
+/**
+ * What a lease store on the same Redis needs to append lease events with audit_append
+ * (audit-lua.ts) inside its own scripts, so that a lease change and its record commit together.
+ */
+export type InScriptAppends = {
+  /** The key prefix the log's keys live under (the script's P must be the same). */
+  readonly keyPrefix: string;
+  /** Written into every record's `gw`. */
+  readonly gatewayId: string;
+  /** The Redis server and database the log lives in (redisServerOf). */
+  readonly server: string;
+  /** The time (ms) of a record appended now: the log's own clock. */
+  now(): number;
+  /** Reports seqs a script gave out: numbering after a loss of data continues above them. */
+  appended(seq: number): void;
+  /** Restores the log's counter after Redis lost its data (before that, audit_ready() is false). */
+  restore(): Promise<void>;
+};
+
+/**
+ * The Redis server and database a connection reaches, as a string: two connections with the
+ * same one write the same keys.
+ */
+export function redisServerOf(redis: Redis): string {
+  const o = redis.options;
+  const where = o.path ? `unix:${o.path}` : `${o.host ?? "localhost"}:${o.port ?? 6379}`;
+  return `${where}/${o.db ?? 0}`;
+}
 
 /**
  * Work per query page at most (about one record read or index entry considered per unit):
@@ -172,6 +203,17 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
     kind: "redis",
     keyPrefix: prefix,
     archiveNow,
+    inScript: {
+      keyPrefix: prefix,
+      gatewayId,
+      server: redisServerOf(redis),
+      now: () => clock(),
+      appended: seen,
+      restore: () => {
+        open();
+        return restore().catch(unavailable);
+      },
+    },
 
     async append(draft: AuditDraft): Promise<AuditRecord> {
       open();

@@ -1,11 +1,19 @@
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import { Redis } from "ioredis";
+import type { AuditLog } from "../../audit/audit-log.js";
+import { type InScriptAppends, redisServerOf } from "../../audit/redis/redis-audit-log.js";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { judgeIntent, newLeaseId } from "../lease-rules.js";
-import type { AcquireResult, CommitIntent, LeaseRecord, LeaseStore } from "../lease-store.js";
+import type {
+  AcquireResult,
+  CommitIntent,
+  LeaseEventContext,
+  LeaseRecord,
+  LeaseStore,
+} from "../lease-store.js";
 import { validateAcquire, validateTtl } from "../memory/validate.js";
 import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
 import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
@@ -25,6 +33,7 @@ import {
   RENEW,
   SWEEP,
 } from "./lua/lease-scripts.js";
+import { EVENT_ARGS } from "./lua/prelude.js";
 import { LuaScript } from "./lua-script.js";
 import { checkRedisSettings, type RedisSettingsReport } from "./redis-settings.js";
 import { createRedisWaiting } from "./redis-wait-queue.js";
@@ -213,7 +222,8 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       redis,
       keyPrefix: P,
       run,
-      runAcquire: (script, args) => runWithFloor(script, args),
+      runAcquire: (script, args, events) =>
+        runEvents(runWithFloor, script, args, events, (r) => (r[0] === "granted" ? r[3] : 0)),
       ticketTtlMs: opts.waitTicketTtlMs ?? 10_000,
       ...(opts.log ? { log: opts.log } : {}),
     }));
@@ -283,6 +293,57 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     throw unavailable("could not install a new token epoch");
   }
 
+  // The audit log this store appends its lease events to, in its own scripts (recordsEventsIn).
+  let sink: InScriptAppends | undefined;
+
+  /** The event context of a call (EVENT_ARGS in lua/prelude.ts); none: the caller records. */
+  function eventArgs(events: LeaseEventContext | undefined): string[] {
+    if (!events) return [];
+    if (!sink)
+      throw new Error("lease events passed to a Redis lease store that records none (recordsEventsIn)");
+    const opt = (v: string | null) => (v === null ? "-" : `=${v}`);
+    const args = [
+      sink.gatewayId,
+      String(sink.now()),
+      events.op,
+      opt(events.principal),
+      opt(events.requestId),
+    ];
+    if (args.length !== EVENT_ARGS) throw new Error("event context arguments out of step with the scripts");
+    return args;
+  }
+
+  /**
+   * Runs a script that makes lease events, with their event context when the caller passed one:
+   * the script appends the records itself, or changes nothing while the audit log's counter is
+   * gone (Redis lost its data): the log restores it, and the script runs once more.
+   * `seqAt` is where the answer carries the last seq appended.
+   */
+  async function runEvents(
+    runner: (script: LuaScript, args: readonly (string | number)[]) => Promise<unknown>,
+    script: LuaScript,
+    args: readonly (string | number)[],
+    events: LeaseEventContext | undefined,
+    seqAt: (reply: unknown[]) => unknown,
+  ): Promise<unknown[]> {
+    for (let attempt = 0; ; attempt++) {
+      const reply = (await runner(script, [...args, ...eventArgs(events)])) as unknown[];
+      if (reply[0] !== "auditlost") {
+        const seq = Number(seqAt(reply) ?? 0);
+        if (events && seq > 0) sink?.appended(seq);
+        return reply;
+      }
+      if (attempt > 0 || !sink) {
+        throw unavailable(
+          "the audit log in Redis lost its counter (Redis lost its data): no lease event can be recorded",
+        );
+      }
+      await sink.restore().catch((e: unknown) => {
+        throw unavailable(`the audit log in Redis cannot take records: ${(e as Error).message}`);
+      });
+    }
+  }
+
   async function maybeSweep(): Promise<void> {
     const now = Date.now();
     if (now - lastSweepAt < sweepEveryMs && now >= lastSweepAt) return;
@@ -294,10 +355,20 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     kind: "redis",
     redis,
 
-    async tryAcquire(input): Promise<AcquireResult> {
+    recordsEventsIn(audit: AuditLog) {
+      const target = (audit as Partial<{ inScript: InScriptAppends }>).inScript;
+      // The same Redis server and database, and the same key prefix: the log's keys are the ones
+      // the scripts reach (in one cluster slot with the lease keys: the same hash tag).
+      if (audit.kind !== "redis" || !target || target.keyPrefix !== P) return false;
+      if (target.server !== redisServerOf(redis)) return false;
+      sink = target;
+      return true;
+    },
+
+    async tryAcquire(input, _hook, events): Promise<AcquireResult> {
       validateAcquire(input);
       const [kind, s] = resourceArgs(input.resource);
-      const reply = await runWithFloor(SCRIPTS.acquire, [
+      const args = [
         kind,
         input.resource.bucket,
         s,
@@ -305,7 +376,10 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
         input.ttlMs,
         newLeaseId(),
         input.principal ?? "",
-      ]);
+      ];
+      const reply = await runEvents(runWithFloor, SCRIPTS.acquire, args, events, (r) =>
+        r[0] === "granted" ? r[3] : 0,
+      );
       if (reply[0] === "granted") {
         return { granted: true, lease: decodeLease(reply[1])!, expired: decodeLeases(reply[2]) };
       }
@@ -317,9 +391,12 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       return decodeLease(await run(SCRIPTS.get, [leaseId]));
     },
 
-    async renew(leaseId, ttlMs) {
+    async renew(leaseId, ttlMs, _hook, events) {
       validateTtl(ttlMs);
-      const [status, value] = (await run(SCRIPTS.renew, [leaseId, ttlMs])) as [string, unknown];
+      const reply = await runEvents(run, SCRIPTS.renew, [leaseId, ttlMs], events, (r) =>
+        r[0] === "ok" ? r[2] : 0,
+      );
+      const [status, value] = reply as [string, unknown];
       if (status === "ok") return decodeLease(value)!;
       if (status === "notfound") throw notFound(leaseId);
       if (status === "released") {
@@ -329,14 +406,15 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       throw new DomainError("LeaseLost", `lease ${leaseId} expired at ${at}`, { leaseId, reason: "expired" });
     },
 
-    async release(leaseId) {
-      const [status, value] = (await run(SCRIPTS.release, [leaseId])) as [string, unknown];
+    async release(leaseId, _hook, events) {
+      const reply = await runEvents(run, SCRIPTS.release, [leaseId], events, (r) => r[2]);
+      const [status, value] = reply as [string, unknown];
       if (status === "notfound") throw notFound(leaseId);
       return decodeLease(value)!;
     },
 
-    async breakLease(leaseId) {
-      const reply = await runWithFloor(SCRIPTS.breakLease, [leaseId]);
+    async breakLease(leaseId, _hook, events) {
+      const reply = await runEvents(runWithFloor, SCRIPTS.breakLease, [leaseId], events, (r) => r[4]);
       if (reply[0] === "notfound") throw notFound(leaseId);
       return {
         lease: decodeLease(reply[1])!,
@@ -388,8 +466,9 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       return decodeLease(await run(SCRIPTS.findNewer, [kind, lease.bucket, s, lease.token]));
     },
 
-    async collectExpired() {
-      const expired = decodeLeases(await run(SCRIPTS.collectExpired, [COLLECT_LIMIT]));
+    async collectExpired(_hook, events) {
+      const reply = await runEvents(run, SCRIPTS.collectExpired, [COLLECT_LIMIT], events, (r) => r[2]);
+      const expired = decodeLeases(reply[1]);
       await maybeSweep();
       return expired;
     },

@@ -1,5 +1,10 @@
 import { PRELUDE } from "./prelude.js";
 
+// Scripts that make lease events take an event context after their own arguments (EVENT_ARGS in
+// prelude.ts): with one, they append the events' audit records themselves, in the same step, and
+// answer {'auditlost'} without changing anything while the audit log cannot take records; the
+// last element of their answer is then the seq of the last record appended (0 for none).
+
 /**
  * The lease scripts: each lease-store operation is one of these, run atomically by Redis. Each
  * starts with the prelude (key layout, clock, token floor, overlap lookups). A script that needs
@@ -9,11 +14,13 @@ import { PRELUDE } from "./prelude.js";
 
 /**
  * ARGV[3..9]: kind ('k' | 'p'), bucket, key or prefix, owner, ttl ms, the new lease's id, the
- * principal ('' = none). Answers {'granted', lease, expired}, {'held', lease}, {'fence', token,
- * intents} or {'epoch'}.
+ * principal ('' = none); ARGV[10..]: the event context. Answers {'granted', lease, expired, seq},
+ * {'held', lease}, {'fence', token, intents}, {'epoch'} or {'auditlost'}.
  */
 export const ACQUIRE = `${PRELUDE}
 local kind, b, s, owner, ttl, id, principal = ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
+events_from(10)
+if not events_ready() then return {'auditlost'} end
 local key, prefix = nil, nil
 if kind == 'k' then key = s else prefix = s end
 local now = clock(true)
@@ -38,14 +45,18 @@ if not tok then return {'epoch'} end
 -- reported with it: a clock stepped back cannot make them active beside the new lease.
 local lapsed = {}
 for _, o in ipairs(overlapping(true, b, key, prefix)) do
-  if is_open(o) and o.exp <= now then
-    end_lease(o, o.exp, now)
-    lapsed[#lapsed + 1] = o
-  end
+  if is_open(o) and o.exp <= now then lapsed[#lapsed + 1] = o end
 end
 table.sort(lapsed, by_token)
+-- The records first (the expiries this grant saw, in token order, then the grant), then the
+-- changes they record.
+for _, o in ipairs(lapsed) do record_event(stored(o), 'LeaseExpired') end
+record_event({id = id, b = b, k = key, p = prefix, o = owner, tok = fmt(tok)})
 local expired = {}
-for i, o in ipairs(lapsed) do expired[i] = redis.call('HGETALL', LEASE .. o.id) end
+for i, o in ipairs(lapsed) do
+  end_lease(o, o.exp, now)
+  expired[i] = redis.call('HGETALL', LEASE .. o.id)
+end
 local l = {id = id, b = b, k = key, p = prefix, tok = tok}
 local fields = {'id', id, 'b', b, 'o', owner, 'tok', fmt(tok), 'ttl', fmt(ttl), 'acq', fmt(now),
   'exp', fmt(now + ttl)}
@@ -60,62 +71,81 @@ file('rk', 'rp', l)
 redis.call('ZADD', P .. ':exp', fmt(now + ttl), id)
 -- Redis's TTL is a backstop only: expiry is decided from 'exp' against the clock above.
 redis.call('PEXPIRE', LEASE .. id, fmt(ttl + RETAIN + MARGIN))
-return {'granted', redis.call('HGETALL', LEASE .. id), expired}
+return {'granted', redis.call('HGETALL', LEASE .. id), expired, SEQ}
 `;
 
-/** ARGV[3..4]: lease id, ttl ms. Only the lease's id reaches it: no resource lookup. */
+/**
+ * ARGV[3..4]: lease id, ttl ms; ARGV[5..]: the event context. Only the lease's id reaches it: no
+ * resource lookup. Answers {'ok', lease, seq}, {'notfound'}, {'released'}, {'expired', exp} or
+ * {'auditlost'}.
+ */
 export const RENEW = `${PRELUDE}
 local id, ttl = ARGV[3], tonumber(ARGV[4])
+events_from(5)
+if not events_ready() then return {'auditlost'} end
 local now = clock(true)
 local l = lease(id)
 if not l then return {'notfound'} end
 if l.rel then return {'released'} end
 -- An expired lease stays expired even if nobody took its resource: its holder must know.
 if not is_active(l, now) then return {'expired', fmt(l.exp)} end
+record_event(stored(l))
 redis.call('HSET', LEASE .. id, 'exp', fmt(now + ttl), 'ttl', fmt(ttl))
 redis.call('ZADD', P .. ':exp', fmt(now + ttl), id)
 redis.call('PEXPIRE', LEASE .. id, fmt(ttl + RETAIN + MARGIN))
-return {'ok', redis.call('HGETALL', LEASE .. id)}
+return {'ok', redis.call('HGETALL', LEASE .. id), SEQ}
 `;
 
 /**
- * ARGV[3]: lease id. Answers {'released', lease}, {'expired', lease} (it had expired unnoticed:
- * its expiry is what gets reported) or {'notfound'} (unknown, or already seen to end).
+ * ARGV[3]: lease id; ARGV[4..]: the event context. Answers {'released', lease, seq}, {'expired',
+ * lease, seq} (it had expired unnoticed: its expiry is what gets reported), {'notfound'}
+ * (unknown, or already seen to end) or {'auditlost'}.
  */
 export const RELEASE = `${PRELUDE}
 local id = ARGV[3]
+events_from(4)
+if not events_ready() then return {'auditlost'} end
 local l = lease(id)
 if not l or not is_open(l) then return {'notfound'} end
 local now = clock(true)
 if not is_active(l, now) then
+  record_event(stored(l), 'LeaseExpired')
   end_lease(l, l.exp, now)
-  return {'expired', redis.call('HGETALL', LEASE .. id)}
+  return {'expired', redis.call('HGETALL', LEASE .. id), SEQ}
 end
+record_event(stored(l))
 redis.call('HSET', LEASE .. id, 'rel', fmt(now))
 -- Out of the open indexes at once: the resource is free for the next grant. Still answerable
 -- (get, findNewerOverlapping) until retention forgets it.
 end_lease(l, now, now)
-return {'released', redis.call('HGETALL', LEASE .. id)}
+return {'released', redis.call('HGETALL', LEASE .. id), SEQ}
 `;
 
-/** ARGV[3]: the most leases to report at once. */
+/**
+ * ARGV[3]: the most leases to report at once; ARGV[4..]: the event context. Answers {'ok',
+ * leases, seq} or {'auditlost'}.
+ */
 export const COLLECT_EXPIRED = `${PRELUDE}
+events_from(4)
+if not events_ready() then return {'auditlost'} end
 local now = clock(true)
 local ids = redis.call('ZRANGEBYSCORE', P .. ':exp', '-inf', fmt(now), 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for _, id in ipairs(ids) do
   local l = lease(id)
-  -- Marked reported in the same step that reports it: one replica reports each expiry once.
-  if l and is_open(l) and l.exp <= now then
-    end_lease(l, l.exp, now)
-    out[#out + 1] = l
-  end
-  redis.call('ZREM', P .. ':exp', id)
+  if l and is_open(l) and l.exp <= now then out[#out + 1] = l end
 end
 table.sort(out, by_token)
+for _, l in ipairs(out) do record_event(stored(l)) end
+-- Marked reported in the same step that reports (and records) it: one replica reports each
+-- expiry once.
 local reported = {}
-for i, l in ipairs(out) do reported[i] = redis.call('HGETALL', LEASE .. l.id) end
-return reported
+for i, l in ipairs(out) do
+  end_lease(l, l.exp, now)
+  reported[i] = redis.call('HGETALL', LEASE .. l.id)
+end
+for _, id in ipairs(ids) do redis.call('ZREM', P .. ':exp', id) end
+return {'ok', reported, SEQ}
 `;
 
 /**
@@ -209,13 +239,15 @@ return {'installed', fmt(e)}
 `;
 
 /**
- * ARGV[3]: lease id. An administrator's break: ends the lease (released if active, its expiry
- * reported if it had expired unnoticed) and, in the same step, takes a fresh token and lists the
- * intents under its resource, for the caller to fence at once. Answers {'broken', lease, token,
- * intents}, {'notfound'} or {'epoch'}.
+ * ARGV[3]: lease id; ARGV[4..]: the event context. An administrator's break: ends the lease
+ * (released if active, its expiry reported if it had expired unnoticed) and, in the same step,
+ * takes a fresh token and lists the intents under its resource, for the caller to fence at once.
+ * Answers {'broken', lease, token, intents, seq}, {'notfound'}, {'epoch'} or {'auditlost'}.
  */
 export const BREAK = `${PRELUDE}
 local id = ARGV[3]
+events_from(4)
+if not events_ready() then return {'auditlost'} end
 local l = lease(id)
 if not l or not is_open(l) then return {'notfound'} end
 local now = clock(true)
@@ -223,10 +255,14 @@ local now = clock(true)
 local tok = take_token()
 if not tok then return {'epoch'} end
 if is_active(l, now) then
+  record_event(stored(l))
   redis.call('HSET', LEASE .. id, 'rel', fmt(now))
   end_lease(l, now, now)
 else
+  -- It had ended by expiry: that is recorded first, then the administrator's act.
+  record_event(stored(l), 'LeaseExpired')
+  record_event(stored(l))
   end_lease(l, l.exp, now)
 end
-return {'broken', redis.call('HGETALL', LEASE .. id), fmt(tok), intents_under(l.b, l.k, l.p)}
+return {'broken', redis.call('HGETALL', LEASE .. id), fmt(tok), intents_under(l.b, l.k, l.p), SEQ}
 `;

@@ -1,3 +1,5 @@
+import { AUDIT_APPEND_LUA } from "../../../audit/redis/audit-lua.js";
+
 /**
  * What every lease script starts with: the key layout, the clock, the token floor, lease records
  * and the overlap lookups. Every script is called with KEYS[1] = the key prefix P (it carries a
@@ -24,10 +26,12 @@
  *              `P:ikl:<b>:<k>` the intent ids of one key.
  * <b> is the bucket prefixed with its length, so that no bucket/key pair reads as another.
  *
- * Lease events are not audited here yet: LeaseService records each one right after the script
- * returns (the AuditLog contract). When the Redis audit log offers its append as a Lua function,
- * it belongs at the end of this prelude, called by the grant, renew, release and expiry scripts,
- * so that an event and its record commit together.
+ * Lease events: when the audit log lives in the same Redis under the same prefix, the grant,
+ * renew, release, break and expiry scripts append the records of the events they make
+ * themselves, with the audit log's own Lua function (audit_append, src/audit/redis/audit-lua.ts):
+ * a lease change and its record commit together or not at all. Such a script takes an event
+ * context after its own arguments (EVENT_ARGS); without one, it records nothing and the caller
+ * records the events (LeaseService, right after the script returns).
  */
 export const PRELUDE = `
 local P = KEYS[1]
@@ -244,4 +248,42 @@ local function end_lease(l, ended_at, now)
   redis.call('ZREM', P .. ':exp', l.id)
   keep_until(l, ended_at, now)
 end
+${AUDIT_APPEND_LUA}
+-- The event context (EVENT_ARGS), from ARGV[i] on: the gateway id ('' or absent: the caller
+-- records the events), the records' time (ms), the op of the call's own event, then the caller's
+-- principal and request id, each '-' for none or '=' followed by the value.
+local EV = nil
+local SEQ = 0
+local function events_from(i)
+  if ARGV[i] == nil or ARGV[i] == '' then return end
+  local function opt(v) if v == '-' then return nil end return string.sub(v, 2) end
+  EV = {gw = ARGV[i], t = ARGV[i + 1], op = ARGV[i + 2], pr = opt(ARGV[i + 3]), rq = opt(ARGV[i + 4])}
+end
+-- Asked before anything changes: a script that must record its events and cannot (the log's
+-- counter is gone after a loss of data) changes nothing.
+local function events_ready() return EV == nil or audit_ready() end
+-- The record of an event on lease f (its hash fields: id, b, k | p, o, tok as stored), with the
+-- fields LeaseService's draft() gives it: the lease's own, the caller's principal and request id,
+-- accepted. A side event (an expiry the call saw) is nobody's doing: neither principal nor request
+-- id. Scripts record before they change the lease: should an append fail half-way (Redis keeps
+-- what a script wrote before an error), the lease is still as it was.
+local function record_event(f, side)
+  if EV == nil then return end
+  local r = {t = EV.t, op = side or EV.op, b = f.b, k = f.k, p = f.p, tok = f.tok, lid = f.id,
+    own = f.o or '', d = 'accepted', gw = EV.gw}
+  if side == nil then
+    r.pr = EV.pr
+    r.rq = EV.rq
+  end
+  SEQ = audit_append(r)
+end
+-- A lease read by lease(id), as the stored fields record_event takes.
+local function stored(l)
+  local f = {}
+  for i = 1, #l.raw, 2 do f[l.raw[i]] = l.raw[i + 1] end
+  return f
+end
 `;
+
+/** How many ARGV an event context takes (see events_from in the prelude). */
+export const EVENT_ARGS = 5;
