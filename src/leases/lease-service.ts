@@ -363,7 +363,11 @@ export class LeaseService {
     this.wake((w) => woken.has(w) && (notice.kind === "ended" || w.heldBy === null));
   }
 
-  /** Refreshes this gateway's tickets while any waits, so that they are not taken for a dead gateway's. */
+  /**
+   * Refreshes this gateway's tickets while any waits, so that they are not taken for a dead
+   * gateway's. The same heartbeat finds the waiters that came first in line because a dead
+   * gateway's ticket ahead of them ran out (nobody else tells them): those that never tried, try.
+   */
   private keepTicketsAlive(shared: SharedWaitLine): void {
     if (this.refreshTimer) return;
     this.refreshTimer = setInterval(
@@ -374,7 +378,10 @@ export class LeaseService {
           this.refreshTimer = undefined;
           return;
         }
-        shared.refresh(tickets).catch(() => undefined);
+        shared.refresh(tickets).then(
+          (heads) => this.onNotice({ kind: "left", tickets: heads }),
+          () => undefined,
+        );
       },
       Math.max(1, Math.floor(shared.ticketTtlMs / 3)),
     );

@@ -95,8 +95,11 @@ export interface SharedWaitLine {
   ended(resources: readonly LeaseResource[]): Promise<void>;
   /** How many tickets, of every replica, overlap each resource. */
   waitingOn(resources: readonly LeaseResource[]): Promise<number[]>;
-  /** Moves the deadlines of these tickets on (a waiting replica's heartbeat). */
-  refresh(tickets: readonly string[]): Promise<void>;
+  /**
+   * Moves the deadlines of these tickets on (a waiting replica's heartbeat); answers those now
+   * first in line.
+   */
+  refresh(tickets: readonly string[]): Promise<string[]>;
   /** Tells every replica (this one too) that a delegate was added or removed. */
   announce(notice: DelegateNotice): Promise<void>;
   /** Calls `onNotice` for every wake-up and delegate notice; resolves once listening. */

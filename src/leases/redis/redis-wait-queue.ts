@@ -150,7 +150,8 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
     },
 
     async refresh(tickets) {
-      if (tickets.length > 0) await run(SCRIPTS.refresh, [ticketTtlMs, ...tickets]);
+      if (tickets.length === 0) return [];
+      return ((await run(SCRIPTS.refresh, [ticketTtlMs, ...tickets])) as unknown[]).map(String);
     },
 
     async announce(notice) {

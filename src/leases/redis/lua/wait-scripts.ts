@@ -150,19 +150,23 @@ end
 return out
 `;
 
-/** ARGV[3]: ticket TTL (ms); ARGV[4..]: ticket ids still waiting. Moves their deadlines on. */
-export const REFRESH = `${PRELUDE}
+/**
+ * ARGV[3]: ticket TTL (ms); ARGV[4..]: ticket ids still waiting. Moves their deadlines on, and
+ * answers those of them now first in line (a dead gateway's ticket ahead ran out meanwhile).
+ */
+export const REFRESH = `${PRELUDE}${WAIT_LIB}
 local now, ttl = clock(false), tonumber(ARGV[3])
-local n = 0
+local heads = {}
 for i = 4, #ARGV do
   local key = P .. ':wt:' .. ARGV[i]
-  if redis.call('EXISTS', key) == 1 then
+  local t = redis.call('HMGET', key, 'b', 'kd', 's', 'seq')
+  if t[1] then
     redis.call('HSET', key, 'dl', fmt(now + ttl))
     redis.call('PEXPIRE', key, fmt(ttl + 60000))
-    n = n + 1
+    if not w_ahead(t[1], t[2], t[3], tonumber(t[4]), now) then heads[#heads + 1] = ARGV[i] end
   end
 end
-return n
+return heads
 `;
 
 /**
