@@ -275,7 +275,10 @@ describe("lease events recorded in the lease scripts (one Redis, one key prefix)
     );
     expect(await store.ready(10_000)).toBe(true);
 
-    const crashAfterScript = async (op: "acquire" | "release", arg: string): Promise<string> => {
+    const crashAfterScript = async (
+      op: "acquire" | "acquire-shared" | "release",
+      arg: string,
+    ): Promise<string> => {
       let stderr = "";
       const child = spawn(process.execPath, ["--import", "tsx", CRASH, server.url, prefix, epochs, op, arg], {
         cwd: ROOT,
@@ -314,6 +317,14 @@ describe("lease events recorded in the lease scripts (one Redis, one key prefix)
       ["LeaseAcquired", "alice", "req-acquire"],
       ["LeaseReleased", "alice", "req-release"],
     ]);
+
+    // The same through the wait queue every replica shares (its own grant script).
+    const shared = await crashAfterScript("acquire-shared", "k2");
+    const grantedShared = await store.get(shared);
+    expect(grantedShared?.releasedAt).toBeUndefined();
+    expect(
+      (await audit.query({ leaseId: shared, limit: 100 })).records.map((r) => [r.op, r.requestId, r.token]),
+    ).toEqual([["LeaseAcquired", "req-acquire-shared", grantedShared!.token]]);
   });
 
   it("while the audit counter is gone and cannot be restored, a grant answers 503 and changes nothing", {
