@@ -1,0 +1,208 @@
+import { PRELUDE } from "../../redis/lua/prelude.js";
+
+/**
+ * The scripts only the Redlock store runs, on each instance of the quorum. They share the
+ * one-Redis prelude (key layout, clock, overlap lookups, lease records); what differs is the
+ * token: there is no single counter to bump, so the client proposes a token t (one above the
+ * highest counter a majority reported) and each instance accepts it only when its own counter
+ * is below t, then sets its counter to t. The floor hash `P:floor` keeps `last`, `epoch`, `runid`
+ * and `q` (the end of the instance's quarantine) as on one Redis.
+ */
+
+/**
+ * No arguments beyond the prelude's. Answers {'ok' | 'unknown', last, epoch, q, runid}: 'unknown'
+ * when the floor was never installed in this server's lifetime (a fresh or restarted instance).
+ */
+export const READ_FLOOR = `${PRELUDE}
+local f = redis.call('HMGET', P .. ':floor', 'last', 'epoch', 'q')
+local run = current_runid()
+local last, epoch = floor_known()
+if not last then return {'unknown', '0', '-1', '0', run} end
+return {'ok', fmt(last), fmt(epoch), f[3] or '0', run}
+`;
+
+/**
+ * ARGV[3..5]: epoch, the lowest `last` to install, the end of the quarantine (ms, 0 = none).
+ * On an instance whose floor is known (same run): raises `last` and `epoch` to at least these
+ * ('current'). Otherwise (fresh or restarted): installs them and the quarantine ('installed').
+ */
+export const INSTALL_FLOOR = `${PRELUDE}
+local e, low, q = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local run = current_runid()
+local last, epoch = floor_known()
+if last then
+  if low > last then redis.call('HSET', P .. ':floor', 'last', fmt(low)) end
+  if e > epoch then redis.call('HSET', P .. ':floor', 'epoch', fmt(e)) end
+  return {'current'}
+end
+redis.call('DEL', P .. ':floor')
+redis.call('HSET', P .. ':floor', 'epoch', fmt(e), 'last', fmt(low), 'runid', run)
+if q > 0 then redis.call('HSET', P .. ':floor', 'q', fmt(q)) end
+return {'installed'}
+`;
+
+/** Sets the counter to t when t is above it; nil when the floor is unknown, false when it is not below t. */
+const TAKE_PROPOSED = `
+local function take_proposed(t)
+  local last = floor_known()
+  if not last then return nil end
+  if last >= t then return false end
+  redis.call('HSET', P .. ':floor', 'last', fmt(t))
+  return true
+end
+`;
+
+/**
+ * ARGV[3..10]: kind ('k' | 'p'), bucket, key or prefix, owner, ttl ms, the new lease's id, the
+ * principal ('' = none), the proposed token t. Answers {'granted', lease, expired},
+ * {'held', lease}, {'fence', intents} (the counter is now t), {'stale', last} (the counter is
+ * at or above t: another grant took it) or {'epoch'} (the floor is unknown).
+ */
+export const ACQUIRE_AT = `${PRELUDE}${TAKE_PROPOSED}
+local kind, b, s, owner, ttl, id, principal = ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9]
+local t = tonumber(ARGV[10])
+local key, prefix = nil, nil
+if kind == 'k' then key = s else prefix = s end
+local now = clock(true)
+local held = active_overlapping(b, key, prefix, now)
+if held then return {'held', held.raw} end
+local pending = intents_under(b, key, prefix)
+local took = take_proposed(t)
+if took == nil then return {'epoch'} end
+if took == false then return {'stale', redis.call('HGET', P .. ':floor', 'last')} end
+if #pending > 0 then return {'fence', pending} end
+local lapsed = {}
+for _, o in ipairs(overlapping(true, b, key, prefix)) do
+  if is_open(o) and o.exp <= now then
+    end_lease(o, o.exp, now)
+    lapsed[#lapsed + 1] = o
+  end
+end
+table.sort(lapsed, by_token)
+local expired = {}
+for i, o in ipairs(lapsed) do expired[i] = redis.call('HGETALL', LEASE .. o.id) end
+local l = {id = id, b = b, k = key, p = prefix, tok = t}
+local fields = {'id', id, 'b', b, 'o', owner, 'tok', fmt(t), 'ttl', fmt(ttl), 'acq', fmt(now),
+  'exp', fmt(now + ttl)}
+if key ~= nil then fields[#fields + 1] = 'k'; fields[#fields + 1] = key
+else fields[#fields + 1] = 'p'; fields[#fields + 1] = prefix end
+if principal ~= '' then fields[#fields + 1] = 'pr'; fields[#fields + 1] = principal end
+redis.call('HSET', LEASE .. id, unpack(fields))
+file('ok', 'op', l)
+file('rk', 'rp', l)
+redis.call('ZADD', P .. ':exp', fmt(now + ttl), id)
+redis.call('PEXPIRE', LEASE .. id, fmt(ttl + RETAIN + MARGIN))
+return {'granted', redis.call('HGETALL', LEASE .. id), expired}
+`;
+
+/**
+ * ARGV[3]: lease id. Forgets a lease this instance granted in an acquire that did not win a
+ * majority: out of every index, its record deleted, as if never granted here (the counter stays).
+ */
+export const DISCARD = `${PRELUDE}
+local l = lease(ARGV[3])
+if not l then return 0 end
+unfile('ok', 'op', l)
+unfile('rk', 'rp', l)
+redis.call('ZREM', P .. ':exp', l.id)
+redis.call('ZREM', P .. ':forget', l.id)
+redis.call('DEL', LEASE .. l.id)
+return 1
+`;
+
+/**
+ * ARGV[3..4]: lease id, proposed token t. An administrator's break (BREAK on one Redis) with a
+ * proposed token. Answers {'broken', lease, intents}, {'notfound'} (unknown or ended here; the
+ * token taken all the same), {'stale', last} or {'epoch'}.
+ */
+export const BREAK_AT = `${PRELUDE}${TAKE_PROPOSED}
+local id, t = ARGV[3], tonumber(ARGV[4])
+-- The token first, whatever the lease: a fence token must be taken by a majority in one round,
+-- and an instance where the lease already ended still takes it.
+local took = take_proposed(t)
+if took == nil then return {'epoch'} end
+if took == false then return {'stale', redis.call('HGET', P .. ':floor', 'last')} end
+local l = lease(id)
+if not l or not is_open(l) then return {'notfound'} end
+local now = clock(true)
+if is_active(l, now) then
+  redis.call('HSET', LEASE .. id, 'rel', fmt(now))
+  end_lease(l, now, now)
+else
+  end_lease(l, l.exp, now)
+end
+return {'broken', redis.call('HGETALL', LEASE .. id), intents_under(l.b, l.k, l.p)}
+`;
+
+/**
+ * ARGV[3..9]: intent id, kind ('fenced' | 'unfenced'), bucket, key, lease id, token, ceiling.
+ * BEGIN_COMMIT of one Redis, except that an unfenced write's ceiling is the client's (the
+ * highest counter of a majority) and the instance's counter is raised to it, so that any later
+ * token read from a majority is above it. Answers {'ok', last}, {'epoch'} or {'refused', now, lease,
+ * newer, covering}.
+ */
+export const BEGIN_COMMIT_AT = `${PRELUDE}
+local intent_id, kind, b, key, lid, tok = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local ceiling = tonumber(ARGV[9])
+local now = clock(true)
+local last = floor_known()
+if not last then return {'epoch'} end
+if kind == 'unfenced' then
+  local covering = active_overlapping(b, key, nil, now)
+  if covering then return {'refused', fmt(now), {}, {}, covering.raw} end
+else
+  local l = lease(lid)
+  if not l then return {'refused', fmt(now), {}, {}, {}} end
+  local covers = l.b == b and ((l.k ~= nil and l.k == key) or (l.p ~= nil and string.sub(key, 1, #l.p) == l.p))
+  if not covers or l.tok ~= tok then return {'refused', fmt(now), l.raw, {}, {}} end
+  if not is_active(l, now) then
+    local n = newer_overlapping(l)
+    if n then return {'refused', fmt(now), l.raw, n.raw, {}} end
+    return {'refused', fmt(now), l.raw, {}, {}}
+  end
+end
+if kind == 'unfenced' and ceiling > last then redis.call('HSET', P .. ':floor', 'last', fmt(ceiling)) end
+local fields = {'b', b, 'k', key, 'at', fmt(now)}
+if kind == 'fenced' then
+  fields[#fields + 1] = 'lid'; fields[#fields + 1] = lid
+  fields[#fields + 1] = 'tok'; fields[#fields + 1] = fmt(tok)
+end
+redis.call('HSET', P .. ':intent:' .. intent_id, unpack(fields))
+redis.call('SADD', P .. ':ikl:' .. bk(b) .. ':' .. key, intent_id)
+redis.call('ZADD', P .. ':ik:' .. bk(b), 0, key)
+return {'ok', redis.call('HGET', P .. ':floor', 'last')}
+`;
+
+/**
+ * ARGV[3..]: a lease's fields (field, value, ...), as a majority holds it after a renewal.
+ * Restores the lease on an instance that does not know it (one that lost its data and came
+ * back): filed as open unless it is ended, so that this instance too stands in the way of an
+ * overlapping grant. Answers 'restored', 'known' (it has the lease already) or 'conflict' (an
+ * overlapping active lease is there: nothing changes).
+ */
+export const RESTORE = `${PRELUDE}
+local fields = {}
+local l = {}
+for i = 3, #ARGV, 2 do
+  fields[#fields + 1] = ARGV[i]; fields[#fields + 1] = ARGV[i + 1]
+  l[ARGV[i]] = ARGV[i + 1]
+end
+l.tok = tonumber(l.tok)
+l.exp = tonumber(l.exp)
+if redis.call('EXISTS', LEASE .. l.id) == 1 then return 'known' end
+local now = clock(false)
+local other = active_overlapping(l.b, l.k, l.p, now)
+if other then return 'conflict' end
+redis.call('HSET', LEASE .. l.id, unpack(fields))
+file('rk', 'rp', l)
+if l['end'] == nil then
+  file('ok', 'op', l)
+  redis.call('ZADD', P .. ':exp', fmt(l.exp), l.id)
+  redis.call('PEXPIRE', LEASE .. l.id, fmt(math.max(1, l.exp - now) + RETAIN + MARGIN))
+else
+  keep_until(l, tonumber(l['end']), now)
+end
+local last = floor_known()
+if last and last < l.tok then redis.call('HSET', P .. ':floor', 'last', fmt(l.tok)) end
+return 'restored'
+`;
