@@ -88,7 +88,8 @@ export type LeaseServiceOptions = {
 /**
  * Lease operations as the API offers them: bounds checking, waiting for a held resource,
  * fencing commits left in flight by ended leases, and an audit record for every lease event
- * (inside the store's own step when the audit log shares its domain, right after it otherwise).
+ * (inside the store's own step when the audit log shares its domain or the store records lease
+ * events itself, right after it otherwise).
  */
 export class LeaseService {
   private readonly queue = new WaitQueue<PendingAcquire>();
