@@ -149,7 +149,20 @@ const leaseStore = z.discriminatedUnion("type", [
      */
     quarantineAfterLoss: z.boolean().default(false),
   }),
-  z.object({ type: z.literal("redlock"), urls: z.array(z.string().min(1)).min(1) }),
+  z.object({
+    type: z.literal("redlock"),
+    /** Independent Redis masters (3 or 5): a majority must agree on every lease operation. */
+    urls: z.array(z.string().min(1)).min(1),
+    /** Every key starts with this on every instance, the same for every replica. */
+    keyPrefix: z.string().min(1).max(128).optional(),
+    /** Where token epochs live durably (as for redis). */
+    epochs: z
+      .object({ bucket: z.string().min(1), prefix: z.string().min(1).optional() })
+      .strict()
+      .optional(),
+    /** A command unanswered by an instance after this long counts as no answer. Default 2 s. */
+    commandTimeoutMs: z.number().int().min(50).max(60_000).optional(),
+  }),
 ]);
 
 /** The audit log: embedded, or one log in Redis shared by every replica, with its retention. */

@@ -29,11 +29,6 @@ export type ComponentContext = { clock: Clock; gatewayId: string; log: Logger };
 
 /** Builds the backends, the lease store and the audit log the configuration asks for. */
 export async function openComponents(config: Config, ctx: ComponentContext): Promise<Components> {
-  if (config.leaseStore.type === "redlock") {
-    throw new ConfigError(
-      `leaseStore.type: the ${config.leaseStore.type} lease store is not available in this version`,
-    );
-  }
   const db: EmbeddedDb = openEmbeddedDb({ dataDir: config.dataDir });
   const opened: StorageBackend[] = [];
   try {

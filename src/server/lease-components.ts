@@ -11,6 +11,7 @@ import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-stor
 import type { LeaseStore } from "../leases/lease-store.js";
 import { createFileEpochStore } from "../leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore, redactUrl } from "../leases/redis/redis-lease-store.js";
+import { createRedlockLeaseStore } from "../leases/redlock/redlock-lease-store.js";
 
 /** How long the start waits for Redis before serving with lease calls answering 503. */
 const START_WAIT_MS = 3_000;
@@ -28,10 +29,8 @@ export async function openLeaseStore(
   const { db, backend, ctx } = env;
   const spec = config.leaseStore;
   if (spec.type === "embedded") return createEmbeddedLeaseStore({ db, clock: ctx.clock });
-  if (spec.type !== "redis") {
-    throw new ConfigError(`leaseStore.type: the ${spec.type} lease store is not available in this version`);
-  }
   const log = ctx.log.child({ component: "leases" });
+  if (spec.type === "redlock") return openRedlockLeaseStore(config, spec, { backend, ctx, log });
   const epochs = spec.epochs
     ? createBackendEpochStore({
         backend,
@@ -71,6 +70,56 @@ export async function openLeaseStore(
     await store.close();
     throw new ConfigError(
       `leaseStore: unsafe Redis settings at ${redactUrl(spec.url)}: ${store.settings!.unsafe.join("; ")} (or set leaseStore.unsafeSettings: warn)`,
+    );
+  }
+  return store;
+}
+
+type RedlockSpec = Extract<Config["leaseStore"], { type: "redlock" }>;
+
+/**
+ * The Redlock quorum (FENCEGATE_REDLOCK_URLS): independent Redis masters, a majority of which
+ * must agree. Instances down at start-up do not stop the gateway: lease calls and fenced writes
+ * answer 503 until a majority is reachable, and health says so. An instance that lost its data
+ * stays out of the quorum for leases.maxTtlMs.
+ */
+async function openRedlockLeaseStore(
+  config: Config,
+  spec: RedlockSpec,
+  env: { backend: StorageBackend; ctx: { clock: Clock; log: Logger }; log: Logger },
+): Promise<LeaseStore> {
+  const { backend, ctx, log } = env;
+  const epochs = spec.epochs
+    ? createBackendEpochStore({
+        backend,
+        bucket: spec.epochs.bucket,
+        ...(spec.epochs.prefix ? { prefix: spec.epochs.prefix } : {}),
+      })
+    : createFileEpochStore(join(config.dataDir, "redlock-epochs"));
+  if (!spec.epochs && config.backend.type !== "fs") {
+    log.warn(
+      "leaseStore.epochs is not set: token epochs live in this gateway's data directory, which is safe for one gateway only; several replicas must share leaseStore.epochs.bucket",
+    );
+  }
+  if (spec.urls.length < 3) {
+    log.warn(
+      { instances: spec.urls.length },
+      "the Redlock lease store has fewer than 3 instances: it survives no instance failure",
+    );
+  }
+  const store = createRedlockLeaseStore({
+    urls: spec.urls,
+    epochs,
+    clock: ctx.clock,
+    quarantineMs: config.leases.maxTtlMs,
+    ...(spec.keyPrefix ? { keyPrefix: spec.keyPrefix } : {}),
+    ...(spec.commandTimeoutMs ? { commandTimeoutMs: spec.commandTimeoutMs } : {}),
+    log,
+  });
+  if (!(await store.ready(START_WAIT_MS))) {
+    log.warn(
+      { redis: spec.urls.map(redactUrl) },
+      "a majority of the Redlock instances is not reachable yet: lease calls and fenced writes answer 503 until it is",
     );
   }
   return store;
