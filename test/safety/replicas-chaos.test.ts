@@ -195,6 +195,10 @@ describe("three replicas on one Redis under SIGSTOP chaos", () => {
       const byRequest = new Map(records.map((r) => [r.requestId, r]));
       for (const d of decisions) expect(byRequest.get(d.requestId)?.decision, d.requestId).toBe(d.decision);
       expect(new Set(records.map((r) => r.gateway)).size).toBe(3);
+      // Every grant a client received is on record too.
+      const acquired = await allAuditRecords(clients[1]!.leases, { bucket: BUCKET, op: "LeaseAcquired" });
+      const grantedTokens = new Set(acquired.filter((r) => r.decision === "accepted").map((r) => r.token));
+      for (const token of grants) expect(grantedTokens.has(token), `grant ${token}`).toBe(true);
       for (let i = 1; i < records.length; i++) expect(records[i]!.seq).toBeGreaterThan(records[i - 1]!.seq);
       for (const c of clients) c.s3.destroy();
     },
