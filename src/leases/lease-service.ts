@@ -169,10 +169,28 @@ export class LeaseService {
     // Delegates added or removed through other replicas from now on are heard of at once.
     if (this.shared) await this.listen(this.shared);
     if (!store.listDelegates) return;
+    const known = new Map<string, { record: DelegateRecord; lease: ResourceRef }>();
     for (const record of await store.listDelegates()) {
       const lease = await store.get(record.leaseId);
-      if (lease) this.delegates.set(record.delegateId, { record, lease: resourceOf(lease) });
+      if (lease) known.set(record.delegateId, { record, lease: resourceOf(lease) });
     }
+    // Loaded again after missed notices: those removed meanwhile go too.
+    this.delegates.clear();
+    for (const [id, d] of known) this.delegates.set(id, d);
+  }
+
+  /**
+   * Notices were missed while the shared queue's connection was lost: the delegates are read
+   * again, and this gateway's waiters now first in line try once (a lease may have ended meanwhile).
+   */
+  private async catchUp(shared: SharedWaitLine): Promise<void> {
+    await this.loadDelegates().catch(() => undefined);
+    const tickets = this.queue.all().map((w) => w.ticket);
+    if (tickets.length === 0) return;
+    const heads = new Set(await shared.refresh(tickets).catch(() => [] as string[]));
+    const mine = this.queue.all().filter((w) => heads.has(w.ticket));
+    for (const w of mine) w.head = true;
+    this.wake((w) => mine.includes(w));
   }
 
   /**
@@ -342,6 +360,10 @@ export class LeaseService {
   private onNotice(notice: WaitNotice | DelegateNotice): void {
     if (notice.kind === "delegate-added") {
       this.delegates.set(notice.delegate.delegateId, { record: notice.delegate, lease: notice.lease });
+      return;
+    }
+    if (notice.kind === "resubscribed") {
+      if (this.shared) void this.catchUp(this.shared);
       return;
     }
     if (notice.kind === "delegate-removed") {

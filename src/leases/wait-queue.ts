@@ -117,7 +117,9 @@ export type HeadAttempt = AcquireResult | { granted: false; behind: true };
  */
 export type WaitNotice =
   | { kind: "ended" | "left"; tickets: string[] }
-  | { kind: "held"; tickets: string[]; lease: LeaseRecord };
+  | { kind: "held"; tickets: string[]; lease: LeaseRecord }
+  /** Listening again after a lost connection: notices published meanwhile were missed. */
+  | { kind: "resubscribed" };
 
 /**
  * A delegate added or removed through one replica: every replica keeps the delegates it knows

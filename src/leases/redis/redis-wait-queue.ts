@@ -80,6 +80,12 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
       commandTimeout: undefined,
     });
     sub.on("error", (e: Error) => deps.log?.warn({ err: e.message }, "Redis wait queue: wake-ups"));
+    // Back after a lost connection (ioredis subscribes again by itself): what was published
+    // meanwhile is lost, and the listeners catch up.
+    let connections = 0;
+    sub.on("ready", () => {
+      if (++connections > 1) for (const listener of listeners) listener({ kind: "resubscribed" });
+    });
     sub.on("message", (_channel: string, message: string) => {
       let notice: WaitNotice | DelegateNotice;
       try {

@@ -225,6 +225,28 @@ describe("breaks and delegates across three replicas on one Redis", () => {
   });
 });
 
+describe("a replica whose wake-up connection was lost", () => {
+  it("catches up once it is back: its waiter first in line tries, and delegates added meanwhile are known", async () => {
+    const rs = await replicas(2);
+    const total = () => rs.reduce((n, r) => n + r.attempts(), 0);
+    const resource = { bucket: "b", key: "k" };
+    const holder = await acquire(rs[0]!, resource, 0, "holder");
+    const waiter = track(acquire(rs[1]!, resource, 30_000, "waiter"));
+    await until(() => total() === 2, "the waiter's attempt on arrival");
+    const other = await acquire(rs[0]!, { bucket: "b", key: "other" }, 0, "other");
+    // Every subscriber connection is cut: what is published until they are back is lost.
+    expect(await server.command("CLIENT", "KILL", "TYPE", "pubsub")).toBeGreaterThanOrEqual(2);
+    await rs[0]!.service.release(holder.leaseId, CALLER);
+    const { delegate } = await rs[0]!.service.addDelegate(other.leaseId, CALLER);
+    // Back by itself: the waiter tries once and gets the lease long before the holder's TTL.
+    await until(() => waiter.lease !== undefined, "the grant after the reconnection");
+    await until(
+      () => rs[1]!.service.delegateSecretOf(delegate.delegateId) !== undefined,
+      "the delegate known",
+    );
+  });
+});
+
 describe("pools across three replicas on one Redis", () => {
   it("64 groups, 4 workers on different replicas: every worker settles within one of a fair share, no group ever has two owners", async () => {
     const rs = await replicas(3);
