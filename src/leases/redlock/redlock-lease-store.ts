@@ -93,6 +93,8 @@ export type RedlockLeaseStore = LeaseStore & {
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 const COLLECT_LIMIT = 1000;
+/** How long a new store waits for every instance to connect before it installs floors without them. */
+const STARTUP_GRACE_MS = 2_000;
 const SWEEP_LIMIT = 500;
 
 const S = {
@@ -182,6 +184,11 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
   const Q = Math.floor(N / 2) + 1;
 
   let closed = false;
+  const createdAt = Date.now();
+  let settled = false;
+  const startupSettled = () =>
+    (settled ||=
+      instances.every((i) => i.redis.status === "ready") || Date.now() - createdAt >= STARTUP_GRACE_MS);
   const instances: Instance[] = opts.urls.map((url, index) => {
     const where = redactUrl(url);
     const redis = new Redis(url, {
@@ -308,9 +315,10 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       const read = await readFloors();
       const known = read.filter((f) => f.known);
       const unknown = read.filter((f) => !f.known);
-      // Nothing is installed without a majority answering: at start-up the instances connect one
-      // by one, and the first alone must not take an epoch the others would then have to leave.
-      if (unknown.length === 0 || read.length < Q) return read;
+      // Nothing is installed without a majority answering, nor before every instance had its
+      // chance to connect (or STARTUP_GRACE_MS passed): at start-up the instances connect one by
+      // one, and one that connects late would otherwise look like one that lost its data.
+      if (unknown.length === 0 || read.length < Q || !startupSettled()) return read;
       if (known.length >= Q) {
         // A majority knows its floor: their highest counter is at or above every token granted
         // (every grant's majority shares an instance with them). The newcomer lost leases that
@@ -373,6 +381,10 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     await floors();
   }
 
+  const afterGrace = setTimeout(() => {
+    if (!closed) checkFloors().catch(() => undefined);
+  }, STARTUP_GRACE_MS + 10);
+  afterGrace.unref();
   const periodic = setInterval(() => {
     if (!closed) checkFloors().catch(() => undefined);
   }, opts.checkEveryMs ?? 5_000);
@@ -796,6 +808,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       if (closed) return;
       closed = true;
       clearInterval(periodic);
+      clearTimeout(afterGrace);
       await Promise.all(instances.map((i) => i.redis.quit().catch(() => i.redis.disconnect())));
     },
 

@@ -1,8 +1,8 @@
 /**
  * A gateway whose lease store is a Redlock quorum of three redis-servers (FENCEGATE_REDLOCK_URLS):
  * a lease acquired over HTTP lives on every instance, a write with its token goes through, the
- * release ends it; with two of three killed, lease calls answer 503 LeaseStoreUnavailable and
- * health 503. The config/redlock.yaml example loads.
+ * release ends it; with two of three killed, lease calls answer 503 LeaseStoreUnavailable, fenced
+ * writes 503 ServiceUnavailable and health 503. The config/redlock.yaml example loads.
  */
 import { join } from "node:path";
 import { CreateBucketCommand, GetObjectCommand, PutObjectCommand } from "@aws-sdk/client-s3";
@@ -77,6 +77,17 @@ describe("a gateway on a Redlock quorum", () => {
     const refused = await gw.leases.acquire({ bucket: "bkt", key: "other", ttlMs: 60_000 }).catch((e) => e);
     expect(refused).toMatchObject({ status: 503, code: "LeaseStoreUnavailable" });
     expect(Date.now() - started).toBeLessThan(10_000);
+    const write = await s3
+      .send(
+        new PutObjectCommand({
+          Bucket: "bkt",
+          Key: "k",
+          Body: "two",
+          Metadata: { "fence-token": next.fencingToken },
+        }),
+      )
+      .catch((e: unknown) => e);
+    expect(write).toMatchObject({ name: "ServiceUnavailable", $metadata: { httpStatusCode: 503 } });
     const down = await fetch(`${gw.url}${HEALTH_PATH}`);
     expect(down.status).toBe(503);
     expect(JSON.stringify(await down.json())).toMatch(/Redlock lease store/);

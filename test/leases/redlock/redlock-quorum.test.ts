@@ -162,6 +162,37 @@ describe("redlock quorum of five", () => {
   });
 });
 
+describe("an instance back without its data", () => {
+  it("gets a renewed lease copied back, and then stands in the way of an overlapping grant", async () => {
+    const redis = await servers(3);
+    const epochs = tempDir("fencegate-redlock-r-");
+    cleanups.push(() => epochs.cleanup());
+    const store = storeOn(redis, epochs.path, { quarantineMs: 1_000 });
+    expect(await store.ready(10_000)).toBe(true);
+    const r = await store.tryAcquire({ resource: { bucket: "b", prefix: "p/" }, ttlMs: 30_000, owner: "o" });
+    if (!r.granted) throw new Error("not granted");
+    redis[2] = await redis[2]!.restart();
+    await until(() => store.instances()[2]!.quarantinedUntil > Date.now());
+    const key = `{fencegate}:lease:${r.lease.leaseId}`;
+    expect(await redis[2]!.command("EXISTS", key)).toBe(0);
+    await store.renew(r.lease.leaseId, 30_000);
+    expect(await redis[2]!.command("EXISTS", key)).toBe(1);
+    // With B cut off and the quarantine over, A and C decide: both hold the prefix lease.
+    await until(() => store.instances()[2]!.quarantinedUntil <= Date.now());
+    expect(await redis[1]!.command("ACL", "SETUSER", "default", "-evalsha", "-eval")).toBe("OK");
+    try {
+      const other = await store.tryAcquire({
+        resource: { bucket: "b", key: "p/x" },
+        ttlMs: 30_000,
+        owner: "x",
+      });
+      expect(other).toMatchObject({ granted: false, heldBy: { leaseId: r.lease.leaseId } });
+    } finally {
+      await redis[1]!.command("ACL", "SETUSER", "default", "+evalsha", "+eval");
+    }
+  });
+});
+
 describe("instances that missed grants", () => {
   it("rejoin with lower counters, and the next token is still above every token granted", async () => {
     const redis = await servers(5);
