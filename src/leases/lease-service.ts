@@ -326,11 +326,11 @@ export class LeaseService {
       first = await shared.enqueue(w.ticket, w.req.resource);
     } catch (e) {
       if (this.queue.remove(w)) this.settle(w, () => w.reject(e));
-      this.afterLeave(w);
+      void this.afterLeave(w);
       return;
     }
     // It gave up or went away meanwhile: its ticket, queued after that, leaves too.
-    if (!this.queue.has(w)) return this.afterLeave(w);
+    if (!this.queue.has(w)) return void this.afterLeave(w);
     this.keepTicketsAlive(shared);
     if (first) w.head = true;
     if (!w.head) {
@@ -420,8 +420,8 @@ export class LeaseService {
    * A waiter left the queue (answered with an error, gave up, went away): those now first in
    * line are told (the shared queue tells them, in whichever replica they wait).
    */
-  private afterLeave(w: PendingAcquire): void {
-    if (this.shared) this.shared.leave(w.ticket).catch(() => undefined);
+  private async afterLeave(w: PendingAcquire): Promise<void> {
+    if (this.shared) await this.shared.leave(w.ticket).catch(() => undefined);
     else this.wake(newHeads);
   }
 
@@ -514,7 +514,7 @@ export class LeaseService {
     } catch (e) {
       this.queue.remove(w);
       this.settle(w, () => w.reject(e));
-      this.afterLeave(w);
+      void this.afterLeave(w);
       return;
     } finally {
       w.trying = false;
@@ -532,14 +532,14 @@ export class LeaseService {
   private abandon(w: PendingAcquire): void {
     w.aborted = true;
     if (w.trying || !this.queue.remove(w)) return;
-    this.settle(w, () => w.reject(gone()));
-    this.afterLeave(w);
+    // Answered once its ticket is gone: nobody sees it queued after it was answered.
+    void this.afterLeave(w).then(() => this.settle(w, () => w.reject(gone())));
   }
 
   /** Still held when the waiter's time is up: LeaseHeld, recorded, and the queue moves on. */
   private async giveUp(w: PendingAcquire): Promise<void> {
     if (!this.queue.remove(w)) return;
-    this.afterLeave(w);
+    await this.afterLeave(w);
     const { req, caller } = w;
     const held = w.heldBy ?? this.queue.aheadOf(w)?.heldBy ?? null;
     try {
