@@ -186,9 +186,8 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
   let closed = false;
   const createdAt = Date.now();
   let settled = false;
-  const startupSettled = () =>
-    (settled ||=
-      instances.every((i) => i.redis.status === "ready") || Date.now() - createdAt >= STARTUP_GRACE_MS);
+  const startupSettled = (answered: number) =>
+    (settled ||= answered === N || Date.now() - createdAt >= STARTUP_GRACE_MS);
   const instances: Instance[] = opts.urls.map((url, index) => {
     const where = redactUrl(url);
     const redis = new Redis(url, {
@@ -315,10 +314,10 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       const read = await readFloors();
       const known = read.filter((f) => f.known);
       const unknown = read.filter((f) => !f.known);
-      // Nothing is installed without a majority answering, nor before every instance had its
-      // chance to connect (or STARTUP_GRACE_MS passed): at start-up the instances connect one by
+      // Nothing is installed without a majority answering, nor before every instance answered
+      // once (or STARTUP_GRACE_MS passed): at start-up the instances connect one by
       // one, and one that connects late would otherwise look like one that lost its data.
-      if (unknown.length === 0 || read.length < Q || !startupSettled()) return read;
+      if (unknown.length === 0 || read.length < Q || !startupSettled(read.length)) return read;
       if (known.length >= Q) {
         // A majority knows its floor: their highest counter is at or above every token granted
         // (every grant's majority shares an instance with them). The newcomer lost leases that
@@ -479,9 +478,14 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     const intents: CommitIntentRef[] = [];
     let fenced = 0;
     let floorUnknown = false;
+    // Where the lease may exist: granted, or no answer (a late script may still run there; the
+    // discard, sent on the same connection, runs after it).
     const grantedAnywhere: Instance[] = [];
     for (const a of answers) {
-      if (a.error) continue;
+      if (a.error) {
+        if (a.inst.redis.status === "ready") grantedAnywhere.push(a.inst);
+        continue;
+      }
       const reply = a.reply as unknown[];
       if (reply[0] === "granted") grantedAnywhere.push(a.inst);
       if (reply[0] === "epoch") floorUnknown = true;
