@@ -162,6 +162,40 @@ describe("redlock quorum of five", () => {
   });
 });
 
+describe("silent instances (SIGSTOP)", () => {
+  it("one of three silent: grants go on; two silent: a clean refusal within the command timeout", async () => {
+    const redis = await servers(3);
+    const epochs = tempDir("fencegate-redlock-s-");
+    cleanups.push(() => epochs.cleanup());
+    const store = storeOn(redis, epochs.path);
+    expect(await store.ready(10_000)).toBe(true);
+    const stopped: number[] = [];
+    cleanups.push(() => {
+      for (const pid of stopped) process.kill(pid, "SIGCONT");
+    });
+    const silence = (r: RedisServer) => {
+      process.kill(r.pid, "SIGSTOP");
+      stopped.push(r.pid);
+    };
+    const acquire = (key: string) =>
+      store
+        .tryAcquire({ resource: { bucket: "b", key }, ttlMs: 60_000, owner: "o" })
+        .catch((e: unknown) => e);
+
+    silence(redis[0]!);
+    const one = await acquire("a");
+    expect(one).toMatchObject({ granted: true });
+
+    silence(redis[1]!);
+    const started = Date.now();
+    const refused = await acquire("b");
+    expect(refused).toBeInstanceOf(DomainError);
+    expect((refused as DomainError).code).toBe("LeaseStoreUnavailable");
+    // One command timeout (1 s) for the counters, nothing more: no hang.
+    expect(Date.now() - started).toBeLessThan(4_000);
+  });
+});
+
 describe("an instance back without its data", () => {
   it("gets a renewed lease copied back, and then stands in the way of an overlapping grant", async () => {
     const redis = await servers(3);
