@@ -477,6 +477,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     const held: LeaseRecord[] = [];
     const intents: CommitIntentRef[] = [];
     let fenced = 0;
+    let stale = 0;
     let floorUnknown = false;
     // Where the lease may exist: granted, or no answer (a late script may still run there; the
     // discard, sent on the same connection, runs after it).
@@ -497,6 +498,8 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       } else if (reply[0] === "fence") {
         fenced++;
         intents.push(...decodeIntents(reply[1]));
+      } else if (reply[0] === "stale") {
+        stale++;
       }
     }
     if (granted.length >= Q) {
@@ -518,6 +521,8 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     if (best && best.votes >= Q) return { granted: false, heldBy: best.lease };
     if (floorUnknown) checkFloors().catch(() => undefined);
     if (counted(answers).length < Q) throw unavailable(explain(answers));
+    // Held by a minority and no collision to wait out: trying again changes nothing until it expires.
+    if (best && stale === 0) return { granted: false, heldBy: best.lease };
     if (best) return { retry: "a minority holds a lease in the way", heldBy: best.lease };
     return { retry: "another grant took the proposed token" };
   }
