@@ -99,8 +99,9 @@ describe("fair waiting across three gateway processes on one Redis", () => {
       // Arrival order: each is queued (seen through another replica) before the next is sent.
       await until(async () => (await queued(clients[(i + 1) % 3]!)) === i + 1, `waiter ${i} queued`);
     }
-    await sleep(100);
     // The holder's grant and the first waiter's try on arrival; the others queued without one.
+    await until(() => attempts >= 2, "MONITOR's report of the first attempts");
+    await sleep(100);
     expect(attempts).toBe(2);
 
     aborts[7]!.abort(); // the client of waiter 7 (through replica 1) hangs up
@@ -114,7 +115,10 @@ describe("fair waiting across three gateway processes on one Redis", () => {
       await until(() => outcomes.some((o) => o.lease && !order.includes(o.lease.owner)), "the next grant");
       const next = outcomes.find((o) => o.lease && !order.includes(o.lease.owner))!.lease!;
       order.push(next.owner);
-      await sleep(20); // MONITOR's report of the grant may trail its answer
+      // MONITOR's report of the grant may trail its answer; a second attempt would show here or
+      // in the total below.
+      await until(() => attempts >= before + 1, "MONITOR's report of the grant");
+      await sleep(20);
       expect(attempts - before).toBe(1);
       current = next;
     }

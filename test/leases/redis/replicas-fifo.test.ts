@@ -160,7 +160,7 @@ describe("fair waiting across three replicas on one Redis", () => {
   }, 60_000);
 
   it("the grant's own script refuses a ticket that is not first in line, even on a free resource; an expired ticket ahead is skipped", async () => {
-    const [r] = await replicas(1, { waitTicketTtlMs: 500 });
+    const [r] = await replicas(1, { waitTicketTtlMs: 1_500 });
     const line = r!.store.sharedWaitLine();
     const resource = { bucket: "b", key: "free" };
     const input = { resource, ttlMs: 60_000, owner: "late" };
@@ -168,8 +168,14 @@ describe("fair waiting across three replicas on one Redis", () => {
     expect(await line.enqueue("second", resource)).toBe(false);
     expect(await line.tryAcquireAsHead("second", input)).toEqual({ granted: false, behind: true });
     expect(await r!.service.list({ bucket: "b" })).toEqual([]); // nothing was granted
-    // "first" is never refreshed (its gateway died): past its deadline, "second" is first in line.
+    // "first" is never refreshed (its gateway died), "second" is: past the deadline of "first",
+    // "second" is first in line (its own heartbeat says so).
+    await sleep(100);
+    expect(await line.refresh(["second"])).toEqual([]);
     await sleep(700);
+    expect(await line.refresh(["second"])).toEqual([]);
+    await sleep(800);
+    expect(await line.refresh(["second"])).toEqual(["second"]);
     const granted = await line.tryAcquireAsHead("second", input);
     expect(granted.granted).toBe(true);
   });
