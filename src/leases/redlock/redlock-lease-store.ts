@@ -30,6 +30,7 @@ import {
 } from "../redis/lua/lease-scripts.js";
 import { LuaScript } from "../redis/lua-script.js";
 import { redactUrl } from "../redis/redis-lease-store.js";
+import { checkRedisSettings } from "../redis/redis-settings.js";
 import {
   ACQUIRE_AT,
   BEGIN_COMMIT_AT,
@@ -84,9 +85,11 @@ export type RedlockLeaseStore = LeaseStore & {
   /** Resolves true once a majority is connected with known floors, false after `timeoutMs`. */
   ready(timeoutMs: number): Promise<boolean>;
   /** Per instance: its URL (without password), whether it answers, and its quarantine end (ms, 0 = none). */
-  instances(): { url: string; connected: boolean; quarantinedUntil: number }[];
+  instances(): { url: string; connected: boolean; quarantinedUntil: number; unsafe: string | null }[];
   /** Reads every instance's floor now, installing it where it is unknown (also runs by itself). */
   checkFloors(): Promise<void>;
+  /** Checks every connected instance's settings now (also on every connect and every checkEveryMs). */
+  checkSettings(): Promise<void>;
   /** Forgets ended leases older than retainMs on every instance. */
   sweep(): Promise<number>;
 };
@@ -125,6 +128,8 @@ type Instance = {
   redis: Redis;
   /** The end of its quarantine (store clock, ms); 0 when none is known. */
   quarantinedUntil: number;
+  /** Settings that break mutual exclusion (an eviction policy), or null: it does not count while set. */
+  unsafe: string | null;
 };
 
 /** One instance's answer: its reply, or the error that stands for "did not answer". */
@@ -169,6 +174,9 @@ const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] 
  * (the lease was then no longer current there, so beginCommit could not count it). An intent
  * recorded on only a minority is removed again, and the commit refused.
  *
+ * An instance whose eviction policy can drop lease records (../redis/redis-settings.ts, checked on
+ * every connect and every `checkEveryMs`) does not count either, until it is fixed.
+ *
  * It fails fast: a disconnected instance fails at once (no offline queue), a silent one after
  * commandTimeoutMs; without a majority every operation throws DomainError LeaseStoreUnavailable.
  */
@@ -198,7 +206,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       connectTimeout: timeoutMs,
       retryStrategy: (times) => Math.min(50 * times, 1_000),
     });
-    const inst: Instance = { index, where, redis, quarantinedUntil: 0 };
+    const inst: Instance = { index, where, redis, quarantinedUntil: 0, unsafe: null };
     let lastError = "";
     redis.on("error", (e: Error) => {
       if (e.message !== lastError) opts.log?.warn({ err: e.message, redis: where }, "Redlock lease store");
@@ -208,6 +216,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     redis.on("ready", () => {
       lastError = "";
       // A moment later, so that instances connecting together are checked together.
+      checkSettings(inst);
       setTimeout(() => {
         if (!closed) checkFloors().catch(() => undefined);
       }, 100).unref();
@@ -220,7 +229,28 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     new DomainError("LeaseStoreUnavailable", `the Redlock lease store (${where}) is unavailable: ${why}`);
 
   /** Whether an instance's answers count toward a majority now. */
-  const eligible = (inst: Instance) => inst.quarantinedUntil <= clock();
+  const eligible = (inst: Instance) => inst.quarantinedUntil <= clock() && inst.unsafe === null;
+
+  /**
+   * An instance whose eviction policy can drop lease records (see ../redis/redis-settings.ts)
+   * does not count toward any majority until it is fixed. A check that fails (a timeout) keeps
+   * the verdict it had.
+   */
+  function checkSettings(inst: Instance): Promise<void> {
+    return checkRedisSettings(inst.redis).then(
+      (report) => {
+        const unsafe = report.unsafe.length > 0 ? report.unsafe.join("; ") : null;
+        if (unsafe !== inst.unsafe && unsafe !== null) {
+          opts.log?.error(
+            { redis: inst.where },
+            `Redlock lease store: unsafe, left out of the quorum: ${unsafe}`,
+          );
+        }
+        inst.unsafe = unsafe;
+      },
+      () => undefined,
+    );
+  }
 
   async function runOn(
     inst: Instance,
@@ -267,6 +297,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
   function explain(answers: Answer[]): string {
     const parts = answers.map((a) => {
       if (a.error) return `${a.inst.where}: ${a.error.message}`;
+      if (a.inst.unsafe !== null) return `${a.inst.where}: unsafe settings: ${a.inst.unsafe}`;
       if (!eligible(a.inst)) {
         return `${a.inst.where}: in quarantine until ${new Date(a.inst.quarantinedUntil).toISOString()} (it lost its data)`;
       }
@@ -385,7 +416,9 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
   }, STARTUP_GRACE_MS + 10);
   afterGrace.unref();
   const periodic = setInterval(() => {
-    if (!closed) checkFloors().catch(() => undefined);
+    if (closed) return;
+    checkFloors().catch(() => undefined);
+    for (const inst of instances) if (inst.redis.status === "ready") checkSettings(inst);
   }, opts.checkEveryMs ?? 5_000);
   periodic.unref();
 
@@ -842,10 +875,15 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         url: i.where,
         connected: i.redis.status === "ready",
         quarantinedUntil: i.quarantinedUntil,
+        unsafe: i.unsafe,
       }));
     },
 
     checkFloors,
+
+    async checkSettings() {
+      await Promise.all(instances.filter((i) => i.redis.status === "ready").map(checkSettings));
+    },
 
     async sweep() {
       lastSweepAt = Date.now();

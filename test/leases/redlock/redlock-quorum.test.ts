@@ -162,6 +162,35 @@ describe("redlock quorum of five", () => {
   });
 });
 
+describe("an instance with an eviction policy", () => {
+  it("does not count toward a majority until its settings are fixed", async () => {
+    const redis = await servers(3);
+    const epochs = tempDir("fencegate-redlock-e-");
+    cleanups.push(() => epochs.cleanup());
+    const store = storeOn(redis, epochs.path);
+    expect(await store.ready(10_000)).toBe(true);
+    const acquire = (key: string) =>
+      store
+        .tryAcquire({ resource: { bucket: "b", key }, ttlMs: 60_000, owner: "o" })
+        .catch((e: unknown) => e);
+    expect(await redis[0]!.command("CONFIG", "SET", "maxmemory", "100mb")).toBe("OK");
+    expect(await redis[0]!.command("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")).toBe("OK");
+    await store.checkSettings();
+    expect(store.instances()[0]!.unsafe).toMatch(/maxmemory-policy is allkeys-lru/);
+    // B and C still make a majority.
+    expect(await acquire("a")).toMatchObject({ granted: true });
+    // With C down, A alone beside B is not enough: it may evict leases.
+    await redis[2]!.kill9();
+    const refused = await acquire("b");
+    expect(refused).toMatchObject({ code: "LeaseStoreUnavailable" });
+    expect((refused as DomainError).message).toMatch(/unsafe settings/);
+    // Fixed: it counts again.
+    expect(await redis[0]!.command("CONFIG", "SET", "maxmemory-policy", "noeviction")).toBe("OK");
+    await store.checkSettings();
+    expect(await acquire("b")).toMatchObject({ granted: true });
+  });
+});
+
 describe("silent instances (SIGSTOP)", () => {
   it("one of three silent: grants go on; two silent: a clean refusal within the command timeout", async () => {
     const redis = await servers(3);
