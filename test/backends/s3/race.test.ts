@@ -153,19 +153,31 @@ describe("racing commits from two clients on one store", () => {
     await sampling;
 
     expect(outcomes).toHaveLength(OPERATIONS);
+    // On a busy machine the store's connection can drop under a conditional PUT (a reset on a
+    // reused keep-alive socket). When the record changed meanwhile, the backend cannot tell
+    // whether its write landed and says so (UnknownOutcomeError): such a write may show up below
+    // as accepted or as never applied, and every other check must hold either way. Rare: a few
+    // at most.
+    const unknown = outcomes.filter((o) => !o.accepted && o.reason?.startsWith("UnknownOutcomeError"));
+    expect(unknown.length).toBeLessThanOrEqual(5);
     const unexpected = outcomes.filter(
-      (o) => !o.accepted && o.reason !== "StaleFencingToken" && o.reason !== "PreconditionFailed",
+      (o) =>
+        !o.accepted &&
+        o.reason !== "StaleFencingToken" &&
+        o.reason !== "PreconditionFailed" &&
+        !unknown.includes(o),
     );
     expect(unexpected.map((o) => `${o.op.kind} ${o.op.key} token ${o.op.token}: ${o.reason}`)).toEqual([]);
     const accepted = outcomes.filter((o) => o.accepted).map((o) => o.op);
-    const acceptedIds = new Set(accepted.map((op) => op.id));
+    const maybe = [...accepted, ...unknown.map((o) => o.op)];
+    const acceptedIds = new Set(maybe.map((op) => op.id));
     expect(accepted.length).toBeGreaterThan(50);
     expect(outcomes.filter((o) => !o.accepted).length).toBeGreaterThan(50);
 
     for (const key of KEYS) {
       // (1) the HCT never decreases, and (2) nothing seen comes from a refused write.
       const seen = samples.get(key)!;
-      const acceptedTokens = new Set(accepted.filter((op) => op.key === key).map((op) => op.token));
+      const acceptedTokens = new Set(maybe.filter((op) => op.key === key).map((op) => op.token));
       const series = hcts.get(key)!;
       expect(series.length).toBeGreaterThan(100);
       series.forEach((hct, i) => {
@@ -195,8 +207,14 @@ describe("racing commits from two clients on one store", () => {
       // (3) the final state is the highest accepted token's.
       const mine = accepted.filter((op) => op.key === key);
       if (mine.length === 0) continue;
-      const last = mine.reduce((a, b) => (b.token > a.token ? b : a));
-      expect(await fx.backend.highestToken(bucket, key)).toBe(last.token);
+      const highest = mine.reduce((a, b) => (b.token > a.token ? b : a));
+      // ... or that of a higher write whose outcome was unknown, if it landed.
+      const finalHct = await fx.backend.highestToken(bucket, key);
+      const landed = unknown.find(
+        (o) => o.op.key === key && o.op.token > highest.token && o.op.token === finalHct,
+      );
+      const last = landed?.op ?? highest;
+      expect(finalHct).toBe(last.token);
       if (last.kind === "delete") {
         await expect(fx.backend.headObject(bucket, key)).rejects.toMatchObject({ code: "NoSuchKey" });
       } else {
@@ -206,7 +224,10 @@ describe("racing commits from two clients on one store", () => {
       }
     }
     // (4) refused writes removed their blobs, accepted ones the blobs they replaced.
-    expect(await fx.leftovers()).toEqual([]);
+    // A write whose outcome is unknown keeps its blob (it may be referenced): at most one each.
+    const leftovers = await fx.leftovers();
+    if (unknown.length === 0) expect(leftovers).toEqual([]);
+    else expect(leftovers.length).toBeLessThanOrEqual(unknown.length);
     // Stale writes keep being refused afterwards.
     await expect(
       clients[0]!.putObject(
