@@ -3,23 +3,22 @@ import type { BlobItem, BlockBlobClient, ContainerClient } from "@azure/storage-
 import { DomainError } from "../../core/errors.js";
 import { applyFence, checkWriteConditions } from "../../fence/commit.js";
 import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, bareEtag, multipartEtag } from "../multipart.js";
-import {
-  type CompleteUploadInput,
-  type CreateUploadInput,
-  type CreateUploadResult,
-  type FencedCommit,
-  type ListPartsInput,
-  type ListPartsResult,
-  type ListUploadsInput,
-  type ListUploadsResult,
-  MIN_PART_SIZE,
-  type MultipartStore,
-  type MultipartUpload,
-  type PutObjectResult,
-  type UploadPartInput,
-  type UploadPartResult,
-  type UploadRef,
+import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import type {
+  CompleteUploadInput,
+  CreateUploadInput,
+  CreateUploadResult,
+  FencedCommit,
+  ListPartsInput,
+  ListPartsResult,
+  ListUploadsInput,
+  ListUploadsResult,
+  MultipartStore,
+  MultipartUpload,
+  PutObjectResult,
+  UploadPartInput,
+  UploadPartResult,
+  UploadRef,
 } from "../storage-backend.js";
 import { abandoned, azureStatus } from "./azure-errors.js";
 import { type AzureStore, isAzureContainerName, noSuchBucket } from "./azure-store.js";
@@ -177,7 +176,13 @@ export class AzureMultipartStore implements MultipartStore {
     this.assertOpen();
     assertPartOrder(input.parts);
     const { upload } = await this.requireUpload(input, commit.signal);
-    const used = this.selectParts(input, await this.readParts(input.bucket, input.uploadId));
+    const recorded = await this.readParts(input.bucket, input.uploadId);
+    const byNumber = new Map(recorded.map((part) => [part.partNumber, part]));
+    const used = selectParts(
+      input.parts,
+      (n) => byNumber.get(n),
+      (part) => part,
+    );
     const etag = multipartEtag(used.map((part) => part.md5));
     const size = used.reduce((sum, part) => sum + part.size, 0);
     const at = { op: "complete" as const, bucket: input.bucket, key: input.key };
@@ -455,36 +460,6 @@ export class AzureMultipartStore implements MultipartStore {
       });
     }
     return parts.sort((a, b) => a.partNumber - b.partNumber);
-  }
-
-  /** The recorded parts a completion names, checked against S3's rules. */
-  private selectParts(input: CompleteUploadInput, recorded: ListedPart[]): ListedPart[] {
-    const byNumber = new Map(recorded.map((part) => [part.partNumber, part]));
-    const used = input.parts.map((wanted) => {
-      const part = byNumber.get(wanted.partNumber);
-      if (!part || bareEtag(wanted.etag) !== part.md5) {
-        throw new DomainError(
-          "InvalidPart",
-          "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
-          { partNumber: wanted.partNumber },
-        );
-      }
-      return part;
-    });
-    used.forEach((part, i) => {
-      if (i < used.length - 1 && part.size < MIN_PART_SIZE) {
-        throw new DomainError(
-          "EntityTooSmall",
-          "Your proposed upload is smaller than the minimum allowed size",
-          {
-            partNumber: part.partNumber,
-            minSizeAllowed: MIN_PART_SIZE,
-            proposedSize: part.size,
-          },
-        );
-      }
-    });
-    return used;
   }
 
   /** NoSuchUpload when the upload went away, InvalidPart when a part it uses was replaced. */

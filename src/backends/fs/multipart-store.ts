@@ -4,24 +4,23 @@ import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDomain } from "../../embedded/db.js";
 import { listSorted } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, bareEtag, multipartEtag } from "../multipart.js";
-import {
-  type CompleteUploadInput,
-  type CreateUploadInput,
-  type CreateUploadResult,
-  type FencedCommit,
-  type ListPartsInput,
-  type ListPartsResult,
-  type ListUploadsInput,
-  type ListUploadsResult,
-  MIN_PART_SIZE,
-  type MultipartStore,
-  type MultipartUpload,
-  type PartInfo,
-  type PutObjectResult,
-  type UploadPartInput,
-  type UploadPartResult,
-  type UploadRef,
+import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import type {
+  CompleteUploadInput,
+  CreateUploadInput,
+  CreateUploadResult,
+  FencedCommit,
+  ListPartsInput,
+  ListPartsResult,
+  ListUploadsInput,
+  ListUploadsResult,
+  MultipartStore,
+  MultipartUpload,
+  PartInfo,
+  PutObjectResult,
+  UploadPartInput,
+  UploadPartResult,
+  UploadRef,
 } from "../storage-backend.js";
 import type { BlobStore } from "./blob-store.js";
 import type { FsMetadataStore } from "./metadata-store.js";
@@ -112,7 +111,12 @@ export class FsMultipartStore implements MultipartStore {
     this.opts.assertOpen();
     assertPartOrder(input.parts);
     const upload = toUpload(this.rows.requireUpload(input));
-    const used = this.selectParts(upload.uploadId, input.parts);
+    const byNumber = new Map(this.rows.parts(upload.uploadId).map((row) => [row.part_number, row]));
+    const used = selectParts(
+      input.parts,
+      (n) => byNumber.get(n),
+      (row) => ({ ...row, partNumber: row.part_number }),
+    );
 
     const expectedSize = used.reduce((sum, part) => sum + part.size, 0);
     const blob = await this.blobs.write(Readable.from(this.concatenate(input, used)));
@@ -229,36 +233,6 @@ export class FsMultipartStore implements MultipartStore {
 
   isBlobReferenced(id: string): boolean {
     return this.rows.isBlobReferenced(id);
-  }
-
-  /** The recorded parts a completion names, checked against S3's rules. */
-  private selectParts(uploadId: string, wanted: CompleteUploadInput["parts"]): PartRow[] {
-    const byNumber = new Map(this.rows.parts(uploadId).map((row) => [row.part_number, row]));
-    const used = wanted.map((part) => {
-      const row = byNumber.get(part.partNumber);
-      if (!row || bareEtag(part.etag) !== row.md5) {
-        throw new DomainError(
-          "InvalidPart",
-          "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
-          { partNumber: part.partNumber },
-        );
-      }
-      return row;
-    });
-    used.forEach((row, i) => {
-      if (i < used.length - 1 && row.size < MIN_PART_SIZE) {
-        throw new DomainError(
-          "EntityTooSmall",
-          "Your proposed upload is smaller than the minimum allowed size",
-          {
-            partNumber: row.part_number,
-            minSizeAllowed: MIN_PART_SIZE,
-            proposedSize: row.size,
-          },
-        );
-      }
-    });
-    return used;
   }
 
   /** The parts' bytes one after the other; a part replaced or aborted meanwhile fails the assembly. */

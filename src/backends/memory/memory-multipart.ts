@@ -1,31 +1,29 @@
 import { randomBytes } from "node:crypto";
 import type { Clock } from "../../core/clock.js";
-import { DomainError } from "../../core/errors.js";
 import type { MemoryDomain } from "../../core/tx.js";
 import { listSorted } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, bareEtag, multipartEtag } from "../multipart.js";
-import {
-  type CompleteUploadInput,
-  type CreateUploadInput,
-  type CreateUploadResult,
-  type FencedCommit,
-  type ListPartsInput,
-  type ListPartsResult,
-  type ListUploadsInput,
-  type ListUploadsResult,
-  MIN_PART_SIZE,
-  type MultipartStore,
-  type MultipartUpload,
-  type PartInfo,
-  type PutObjectResult,
-  type UploadPartInput,
-  type UploadPartResult,
-  type UploadRef,
+import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import type {
+  CompleteUploadInput,
+  CreateUploadInput,
+  CreateUploadResult,
+  FencedCommit,
+  ListPartsInput,
+  ListPartsResult,
+  ListUploadsInput,
+  ListUploadsResult,
+  MultipartStore,
+  MultipartUpload,
+  PartInfo,
+  PutObjectResult,
+  UploadPartInput,
+  UploadPartResult,
+  UploadRef,
 } from "../storage-backend.js";
 import { abandoned, assertNonNegative } from "./errors.js";
 import { bufferBody } from "./memory-body.js";
 import type { MemoryObjects } from "./memory-objects.js";
-import { MemoryUploads, type PartRecord, toUpload, type UploadRecord } from "./memory-uploads.js";
+import { MemoryUploads, type PartRecord, toUpload } from "./memory-uploads.js";
 
 export type MemoryMultipartOptions = {
   clock: Clock;
@@ -97,7 +95,11 @@ export class MemoryMultipartStore implements MultipartStore {
     this.opts.assertOpen();
     assertPartOrder(input.parts);
     const upload = this.uploads.requireUpload(input);
-    const used = selectParts(upload, input.parts);
+    const used = selectParts(
+      input.parts,
+      (n) => upload.parts.get(n),
+      (r) => ({ ...r, md5: r.md5Hex }),
+    );
     const bytes = Buffer.concat(
       used.map((part) => part.bytes),
       used.reduce((sum, part) => sum + part.size, 0),
@@ -195,35 +197,6 @@ export class MemoryMultipartStore implements MultipartStore {
     const sequence = (this.sequence++ % 0x1_0000_0000).toString(16).padStart(8, "0");
     return `${time}${sequence}${randomBytes(12).toString("hex")}`;
   }
-}
-
-/** The recorded parts a completion names, checked against S3's rules. */
-function selectParts(upload: UploadRecord, wanted: CompleteUploadInput["parts"]): PartRecord[] {
-  const used = wanted.map((part) => {
-    const record = upload.parts.get(part.partNumber);
-    if (!record || bareEtag(part.etag) !== record.md5Hex) {
-      throw new DomainError(
-        "InvalidPart",
-        "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
-        { partNumber: part.partNumber },
-      );
-    }
-    return record;
-  });
-  used.forEach((record, i) => {
-    if (i < used.length - 1 && record.size < MIN_PART_SIZE) {
-      throw new DomainError(
-        "EntityTooSmall",
-        "Your proposed upload is smaller than the minimum allowed size",
-        {
-          partNumber: record.partNumber,
-          minSizeAllowed: MIN_PART_SIZE,
-          proposedSize: record.size,
-        },
-      );
-    }
-  });
-  return used;
 }
 
 function toPartInfo(part: PartRecord): PartInfo {

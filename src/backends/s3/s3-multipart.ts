@@ -1,7 +1,7 @@
 import { DomainError } from "../../core/errors.js";
 import { applyFence, checkWriteConditions } from "../../fence/commit.js";
 import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, bareEtag, multipartEtag } from "../multipart.js";
+import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import {
   type CompleteUploadInput,
   type CreateUploadInput,
@@ -12,7 +12,6 @@ import {
   type ListUploadsInput,
   type ListUploadsResult,
   MAX_PART_NUMBER,
-  MIN_PART_SIZE,
   type MultipartStore,
   type MultipartUpload,
   type PutObjectResult,
@@ -144,9 +143,12 @@ export class S3MultipartStore implements MultipartStore {
     assertPartOrder(input.parts);
     const { bucket, key, uploadId } = input;
     const manifest = await this.uploads.require(input);
+    const recorded = await this.uploads.partsAfter(bucket, uploadId, 0, MAX_PART_NUMBER);
+    const byNumber = new Map(recorded.map((part) => [part.partNumber, part]));
     const used = selectParts(
-      await this.uploads.partsAfter(bucket, uploadId, 0, MAX_PART_NUMBER),
       input.parts,
+      (n) => byNumber.get(n),
+      (part) => part,
     );
 
     const blob = this.ctx.layout.newBlobId();
@@ -325,36 +327,6 @@ export class S3MultipartStore implements MultipartStore {
       throw e;
     }
   }
-}
-
-/** The recorded parts a completion names, checked against S3's rules (as the fs backend does). */
-function selectParts(recorded: PartManifest[], wanted: CompleteUploadInput["parts"]): PartManifest[] {
-  const byNumber = new Map(recorded.map((p) => [p.partNumber, p]));
-  const used = wanted.map((part) => {
-    const found = byNumber.get(part.partNumber);
-    if (!found || bareEtag(part.etag) !== found.md5) {
-      throw new DomainError(
-        "InvalidPart",
-        "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
-        { partNumber: part.partNumber },
-      );
-    }
-    return found;
-  });
-  used.forEach((part, i) => {
-    if (i < used.length - 1 && part.size < MIN_PART_SIZE) {
-      throw new DomainError(
-        "EntityTooSmall",
-        "Your proposed upload is smaller than the minimum allowed size",
-        {
-          partNumber: part.partNumber,
-          minSizeAllowed: MIN_PART_SIZE,
-          proposedSize: part.size,
-        },
-      );
-    }
-  });
-  return used;
 }
 
 /** Uploads sorted by key then id, from `from`; with an id marker, within the marker's key after it. */
