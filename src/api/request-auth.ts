@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import type { IncomingMessage } from "node:http";
 import type { Context } from "hono";
 import { DomainError } from "../core/errors.js";
 import type { RequestAuthenticator } from "../http/authenticator.js";
@@ -19,7 +20,7 @@ export function apiAuthenticator(auth: RequestAuthenticator) {
   return async (c: Context<ApiEnv>): Promise<{ principal: string; body: Buffer }> => {
     const incoming = c.env.incoming;
     continueBody(incoming);
-    const body = await readBody(c);
+    const body = await readBody(incoming);
     const bodyHash = createHash("sha256").update(body).digest("hex");
     const headers = { ...incoming.headers };
     const claimed = headers["x-amz-content-sha256"];
@@ -39,17 +40,20 @@ export function apiAuthenticator(auth: RequestAuthenticator) {
   };
 }
 
-async function readBody(c: Context<ApiEnv>): Promise<Buffer> {
-  const declared = Number(c.req.header("content-length") ?? 0);
+/**
+ * The whole (small) body, read from the Node request itself: going through the Fetch API's
+ * Request would wrap it in a Web stream first, which costs more than the rest of a lease call's
+ * parsing. Nothing else reads the body before this.
+ */
+async function readBody(incoming: IncomingMessage): Promise<Buffer> {
+  const declared = Number(incoming.headers["content-length"] ?? 0);
   if (declared > MAX_BODY_BYTES) throw tooLarge();
-  const stream = c.req.raw.body;
-  if (!stream) return Buffer.alloc(0);
   const chunks: Buffer[] = [];
   let size = 0;
-  for await (const chunk of stream as unknown as AsyncIterable<Uint8Array>) {
+  for await (const chunk of incoming as AsyncIterable<Buffer>) {
     size += chunk.byteLength;
     if (size > MAX_BODY_BYTES) throw tooLarge();
-    chunks.push(Buffer.from(chunk));
+    chunks.push(chunk);
   }
   return Buffer.concat(chunks);
 }

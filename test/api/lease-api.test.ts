@@ -105,6 +105,15 @@ describe("POST /_fence/v1/leases", () => {
       });
     }
   });
+
+  it("refuses a body over 64 KiB with 400 InvalidRequest and keeps serving", async () => {
+    const huge = { bucket: "api", key: "big", ttlMs: 1_000, owner: "x".repeat(70 * 1024) };
+    const refused = await failure(api.call("POST", "/_fence/v1/leases", huge));
+    expect(refused).toMatchObject({ status: 400, code: "InvalidRequest" });
+    expect(JSON.stringify(refused.body)).toContain("exceeds");
+    const lease = await api.acquire({ bucket: "api", key: "big", ttlMs: 1_000 });
+    await api.release(lease.leaseId);
+  });
 });
 
 describe("GET, renew and DELETE /_fence/v1/leases/{leaseId}", () => {
