@@ -32,12 +32,7 @@ export class BlobStore {
   static async open(root: string): Promise<BlobStore> {
     const store = new BlobStore(root);
     await mkdir(store.tmpDir, { recursive: true });
-    // All 256 shards exist up front, so a write only ever needs to fsync its shard directory.
-    await Promise.all(
-      Array.from({ length: 256 }, (_, i) =>
-        mkdir(join(root, i.toString(16).padStart(2, "0")), { recursive: true }),
-      ),
-    );
+    // Shard directories are made on first use (see intoShard).
     await syncDir(root);
     await syncDir(dirname(root));
     return store;
@@ -93,7 +88,7 @@ export class BlobStore {
         ),
         file,
       );
-      await rename(tmp, final);
+      await this.intoShard(tmp, final);
     } catch (e) {
       // A body can fail before the stream has even created the file: wait until the stream
       // is closed, or the file would appear after its removal.
@@ -108,6 +103,22 @@ export class BlobStore {
       throw e;
     }
     return { id, size };
+  }
+
+  /**
+   * Renames a temp file to its final name. A shard's directory is made by the first write into
+   * it, and the root directory fsynced before the rename, so that the directory entry is durable
+   * before any blob in it is acknowledged (the caller then fsyncs the shard directory).
+   */
+  private async intoShard(tmp: string, final: string): Promise<void> {
+    try {
+      await rename(tmp, final);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e;
+      await mkdir(dirname(final), { recursive: true });
+      await syncDir(this.root);
+      await rename(tmp, final);
+    }
   }
 
   /**

@@ -44,6 +44,7 @@ describe("fs backend", () => {
     await writeFile(join(blobs, "tmp", randomUUID()), "half-written upload");
     await mkdir(join(blobs, "tmp", "odd-dir"));
     const orphan = randomUUID();
+    await mkdir(join(blobs, orphan.slice(0, 2)), { recursive: true });
     await writeFile(join(blobs, orphan.slice(0, 2), orphan), "renamed but never committed");
     expect(await fx.leftovers()).toHaveLength(3);
 

@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from "node:crypto";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
@@ -51,6 +51,7 @@ describe("fs backend multipart uploads", () => {
     }
     // Crash leftovers: a part body renamed into place but never recorded, and a temp file.
     const orphan = randomUUID();
+    await mkdir(join(fx.dataDir, "blobs", orphan.slice(0, 2)), { recursive: true });
     await writeFile(join(fx.dataDir, "blobs", orphan.slice(0, 2), orphan), "unrecorded part");
     await writeFile(join(fx.dataDir, "blobs", "tmp", randomUUID()), "half a part");
     expect(await fx.leftovers()).toHaveLength(2);
