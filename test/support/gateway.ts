@@ -43,7 +43,7 @@ export async function startTestGateway(
   const dataDir = opts.dataDir ?? dir!.path;
   const config = loadConfig(
     { FENCEGATE_PORT: "0", FENCEGATE_DATA_DIR: dataDir, ...opts.env },
-    opts.overrides ?? {},
+    withoutSdkMarks(opts.overrides ?? {}),
   );
   const gw = await startGateway(config, {
     clock: opts.clock,
@@ -188,5 +188,21 @@ export async function spawnGateway(
       if (child.exitCode === null && child.signalCode === null) child.kill(signal);
       await exited;
     },
+  };
+}
+
+/**
+ * The AWS SDK marks a credentials object it was given with a `$source` property; a test that
+ * passed CREDENTIALS to an S3Client and then to a gateway's `credentials:` would be refused by
+ * the configuration's strict schema (with --no-isolate, even across test files).
+ */
+function withoutSdkMarks(overrides: Record<string, unknown>): Record<string, unknown> {
+  const credentials = overrides.credentials;
+  if (!Array.isArray(credentials)) return overrides;
+  return {
+    ...overrides,
+    credentials: credentials.map((c: Record<string, unknown>) =>
+      Object.fromEntries(Object.entries(c).filter(([k]) => !k.startsWith("$"))),
+    ),
   };
 }
