@@ -87,8 +87,9 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     if (typeof waitMs !== "number") throw invalid("waitMs must be a number of milliseconds");
     const owner = leaseOwnerOf(body.owner, c.get("principal"));
     opts.pools?.checkOrdinary(resource);
-    // A waiter whose client hangs up leaves the queue at once (the request's abort signal).
-    const signal = c.req.raw.signal;
+    // A waiter whose client hangs up leaves the queue at once (the request's abort signal). A
+    // request that will not wait needs none: asking for it builds a Fetch API Request.
+    const signal = waitMs > 0 ? c.req.raw.signal : undefined;
     const lease = await opts.leases.acquire({ resource, ttlMs, waitMs, owner, signal }, caller(c));
     return c.json(viewFor(c)(lease), 201);
   });
