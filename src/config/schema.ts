@@ -221,8 +221,13 @@ export const configSchema = z
          * client's behalf (a lease acquisition waits up to leases.maxWaitMs without sending).
          */
         idleTimeoutMs: z.number().int().min(0).max(3_600_000).default(120_000),
-        /** An idle keep-alive connection is closed after this long between two requests. */
-        keepAliveTimeoutMs: z.number().int().min(100).max(600_000).default(5_000),
+        /**
+         * An idle keep-alive connection is closed after this long between two requests. Longer
+         * than the idle timeout of the load balancers commonly put in front (60 s), so that the
+         * balancer, not the gateway, closes an idle connection: a client or balancer that reuses
+         * a connection the gateway is closing at that moment sees a reset.
+         */
+        keepAliveTimeoutMs: z.number().int().min(100).max(600_000).default(65_000),
         /** A whole request, body included, must arrive within this long (0: no limit, for large uploads). */
         requestTimeoutMs: z.number().int().min(0).max(86_400_000).default(0),
       })
@@ -236,7 +241,7 @@ export const configSchema = z
         maxHeaderBytes: 16 * 1024,
         headersTimeoutMs: 10_000,
         idleTimeoutMs: 120_000,
-        keepAliveTimeoutMs: 5_000,
+        keepAliveTimeoutMs: 65_000,
         requestTimeoutMs: 0,
       }),
     dataDir: z.string().min(1).default("./data"),

@@ -48,7 +48,7 @@ describe("loadConfig defaults", () => {
       maxHeaderBytes: 16 * 1024,
       headersTimeoutMs: 10_000,
       idleTimeoutMs: 120_000,
-      keepAliveTimeoutMs: 5_000,
+      keepAliveTimeoutMs: 65_000,
       requestTimeoutMs: 0,
     });
     expect(c.dataDir).toBe("./data");
