@@ -7,6 +7,7 @@ import { assertValidObjectKey } from "../core/key-rules.js";
 import type { Logger } from "../core/log.js";
 import type { RequestAuthenticator } from "../http/authenticator.js";
 import { continueBody } from "../http/expect-continue.js";
+import { nodeBodyResponse } from "../http/node-body.js";
 import { splitRawUrl } from "../http/raw-url.js";
 import { claimedAccessKeyId } from "../http/sigv4/claimed-identity.js";
 import { EMPTY_SHA256 } from "../http/sigv4/index.js";
@@ -142,7 +143,7 @@ export function s3Handler(opts: S3HandlerOptions) {
       }
       log.debug({ op: route.name, bucket: req.bucket, key: req.key, principal: req.principal }, "s3 request");
       const res = await route.run(req, opts.services);
-      return toResponse(res, method);
+      return toResponse(res, method, c.env.outgoing);
     } catch (err) {
       const s3err = toS3Error(err);
       logOutcome(log, err, s3err);
@@ -292,7 +293,7 @@ function withoutChecksumHeaders(headers: IncomingMessage["headers"]): IncomingMe
   );
 }
 
-function toResponse(res: S3Response, method: string): Response {
+function toResponse(res: S3Response, method: string, outgoing: ServerResponse): Response {
   let headers: Headers;
   try {
     headers = new Headers(res.headers);
@@ -309,7 +310,7 @@ function toResponse(res: S3Response, method: string): Response {
       res.stream.destroy();
       return new Response(null, { status: res.status, headers });
     }
-    return new Response(Readable.toWeb(res.stream) as ReadableStream, { status: res.status, headers });
+    return nodeBodyResponse(outgoing, res.stream, res.status, headers);
   }
   if (!headers.has("content-length") && method !== "HEAD") headers.set("content-length", "0");
   return new Response(null, { status: res.status, headers });

@@ -1,7 +1,7 @@
 import { createHmac, randomBytes } from "node:crypto";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
-import { getRequestListener } from "@hono/node-server";
+import { getRequestListener, type HttpBindings } from "@hono/node-server";
 import { Hono } from "hono";
 import { toApiError } from "../api/errors.js";
 import { API_BASE, leaseApi } from "../api/lease-api.js";
@@ -15,6 +15,7 @@ import { WriteFencer } from "../fence/write-fencer.js";
 import { createRequestAuthenticator } from "../http/authenticator.js";
 import { type EdgeAnswer, type EdgeRenderer, installEdgeAnswers } from "../http/edge-answers.js";
 import { installExpectContinue } from "../http/expect-continue.js";
+import { sendNodeBody } from "../http/node-body.js";
 import { splitRawUrl } from "../http/raw-url.js";
 import { currentRequest, guardRequests } from "../http/request-guard.js";
 import { newRequestId } from "../http/request-id.js";
@@ -144,20 +145,23 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     isLeaseApiTarget(where.target, where.host, domain)
       ? apiEdgeAnswer(err)
       : s3EdgeAnswer(err, where.target, requestId);
-  const listener = getRequestListener(app.fetch, {
-    // The adapter cannot build a URL for this request (a backslash in the path, a bad Host, an
-    // unusable absolute-form target); it would answer a bare 400.
-    errorHandler: (err) => {
-      const incoming = currentRequest();
-      const host = incoming?.headers.host;
-      const refusal = validHost(host)
-        ? new DomainError("InvalidURI", "Couldn't parse the specified URI.")
-        : new DomainError("InvalidArgument", "The Host header is not valid.");
-      log.info({ err: (err as Error).message }, "request target refused");
-      const requestId = newRequestId();
-      return edgeResponse(render(refusal, { target: incoming?.url, host }, requestId), requestId);
+  const listener = getRequestListener(
+    async (req, env) => sendNodeBody(await app.fetch(req, env), (env as HttpBindings).outgoing),
+    {
+      // The adapter cannot build a URL for this request (a backslash in the path, a bad Host, an
+      // unusable absolute-form target); it would answer a bare 400.
+      errorHandler: (err) => {
+        const incoming = currentRequest();
+        const host = incoming?.headers.host;
+        const refusal = validHost(host)
+          ? new DomainError("InvalidURI", "Couldn't parse the specified URI.")
+          : new DomainError("InvalidArgument", "The Host header is not valid.");
+        log.info({ err: (err as Error).message }, "request target refused");
+        const requestId = newRequestId();
+        return edgeResponse(render(refusal, { target: incoming?.url, host }, requestId), requestId);
+      },
     },
-  });
+  );
   const { server: serverConfig } = config;
   const maxHeadersCount = 2000;
   const server = createServer(
