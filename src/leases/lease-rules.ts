@@ -229,3 +229,14 @@ export function judgeIntent(intent: IntentInput, now: number, reads: LeaseReads)
 export function newLeaseId(): string {
   return randomBytes(16).toString("hex");
 }
+
+/** The refusal for a lease id a store does not know (never issued, forgotten, or released). */
+export function leaseNotFound(leaseId: string): DomainError {
+  return new DomainError(
+    "LeaseNotFound",
+    `lease ${leaseId} not found (unknown, forgotten, or already released)`,
+    {
+      leaseId,
+    },
+  );
+}

@@ -3,7 +3,13 @@ import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { prefixUpperBound } from "../../core/prefix-range.js";
 import { type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
-import { assertWellFormedAcquire, judgeIntent, newLeaseId, resourceOf } from "../lease-rules.js";
+import {
+  assertWellFormedAcquire,
+  judgeIntent,
+  leaseNotFound,
+  newLeaseId,
+  resourceOf,
+} from "../lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
@@ -189,7 +195,7 @@ export function createEmbeddedLeaseStore({
 
   const renewTx = (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
     const row = byId.get(leaseId);
-    if (!row) throw notFound(leaseId);
+    if (!row) throw leaseNotFound(leaseId);
     if (row.released_at !== null) {
       throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
     }
@@ -212,7 +218,7 @@ export function createEmbeddedLeaseStore({
 
   const releaseTx = (leaseId: string, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
     const row = byId.get(leaseId);
-    if (!row || row.ended_at !== null) throw notFound(leaseId);
+    if (!row || row.ended_at !== null) throw leaseNotFound(leaseId);
     if (!isActiveRow(row, now)) {
       // Released after it had expired: the lease ended by expiry, and that is what is reported.
       const lease = toLeaseRecord(reportOne.get(leaseId)!);
@@ -326,7 +332,7 @@ export function createEmbeddedLeaseStore({
     async addDelegate(delegate) {
       open();
       await domain.run(() => {
-        if (!byId.get(delegate.leaseId)) throw notFound(delegate.leaseId);
+        if (!byId.get(delegate.leaseId)) throw leaseNotFound(delegate.leaseId);
         insertDelegate.run(delegate);
       });
     },
@@ -405,16 +411,6 @@ export function createEmbeddedLeaseStore({
 }
 
 type IntentRow = { intent_id: string; bucket: string; key: string };
-
-function notFound(leaseId: string): DomainError {
-  return new DomainError(
-    "LeaseNotFound",
-    `lease ${leaseId} not found (unknown, forgotten, or already released)`,
-    {
-      leaseId,
-    },
-  );
-}
 
 // The lease API validates its input against configured bounds; these checks only keep a
 // malformed call from storing a lease that could never be reasoned about.

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { MemoryDomain } from "../../core/tx.js";
-import { judgeIntent, newLeaseId, resourceOf } from "../lease-rules.js";
+import { judgeIntent, leaseNotFound, newLeaseId, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
@@ -114,7 +114,7 @@ export function createMemoryLeaseStore({
 
   const renewStep = (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook) => {
     const entry = table.get(leaseId);
-    if (!entry) throw notFound(leaseId);
+    if (!entry) throw leaseNotFound(leaseId);
     if (entry.record.releasedAt !== undefined) {
       throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
     }
@@ -129,7 +129,7 @@ export function createMemoryLeaseStore({
 
   const releaseStep = (leaseId: string, now: number, inCommit?: LeaseEventHook) => {
     const entry = table.get(leaseId);
-    if (!entry || entry.endedAt !== null) throw notFound(leaseId);
+    if (!entry || entry.endedAt !== null) throw leaseNotFound(leaseId);
     if (!isActiveEntry(entry, now)) {
       // Released after it had expired: the lease ended by expiry, and that is what is reported.
       const lease = reportExpiry(entry);
@@ -230,7 +230,7 @@ export function createMemoryLeaseStore({
     async addDelegate(delegate) {
       open();
       await domain.run(() => {
-        if (!table.get(delegate.leaseId)) throw notFound(delegate.leaseId);
+        if (!table.get(delegate.leaseId)) throw leaseNotFound(delegate.leaseId);
         setDelegates([...delegates, { ...delegate }]);
       });
     },
@@ -313,14 +313,4 @@ export function createMemoryLeaseStore({
       return sweepEnded(table, now, retainMs);
     },
   };
-}
-
-function notFound(leaseId: string): DomainError {
-  return new DomainError(
-    "LeaseNotFound",
-    `lease ${leaseId} not found (unknown, forgotten, or already released)`,
-    {
-      leaseId,
-    },
-  );
 }

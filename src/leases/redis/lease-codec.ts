@@ -1,4 +1,6 @@
-import type { CommitIntentRef, LeaseRecord } from "../lease-store.js";
+import { DomainError } from "../../core/errors.js";
+import { judgeIntent } from "../lease-rules.js";
+import type { CommitIntentRef, IntentInput, LeaseRecord } from "../lease-store.js";
 
 /** A lease hash as Redis returns it (HGETALL: field, value, field, value, ...), as a LeaseRecord. */
 export function decodeLease(raw: unknown): LeaseRecord | null {
@@ -32,4 +34,21 @@ export function decodeIntents(raw: unknown): CommitIntentRef[] {
   for (let i = 0; i + 2 < flat.length; i += 3)
     out.push({ intentId: flat[i]!, bucket: flat[i + 1]!, key: flat[i + 2]! });
   return out;
+}
+
+/**
+ * Throws the refusal of a begin-commit script's answer `["refused", now, lease, newer, covering]`:
+ * the lease rules decide which error from the facts the script read.
+ */
+export function throwIntentRefusal(intent: IntentInput, reply: unknown[]): never {
+  const [, now, lease, newer, covering] = reply;
+  const facts = { lease: decodeLease(lease), newer: decodeLease(newer), covering: decodeLease(covering) };
+  judgeIntent(intent, Number(now), {
+    get: (id) => (facts.lease?.leaseId === id ? facts.lease : null),
+    findNewerOverlapping: () => facts.newer,
+    findActiveCovering: () => facts.covering,
+  });
+  throw new DomainError("LeaseExpired", "the fencing token's lease is not current", {
+    leaseId: intent.kind === "fenced" ? intent.leaseId : undefined,
+  });
 }

@@ -6,7 +6,7 @@ import { type InScriptAppends, redisServerOf } from "../../audit/redis/redis-aud
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
-import { judgeIntent, newLeaseId } from "../lease-rules.js";
+import { leaseNotFound, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
   CommitIntent,
@@ -17,7 +17,7 @@ import type {
 import { validateAcquire, validateTtl } from "../memory/validate.js";
 import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
 import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
-import { decodeIntents, decodeLease, decodeLeases } from "./lease-codec.js";
+import { decodeIntents, decodeLease, decodeLeases, throwIntentRefusal } from "./lease-codec.js";
 import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "./lua/delegate-scripts.js";
 import { BEGIN_COMMIT, FORGET_INTENTS } from "./lua/intent-scripts.js";
 import {
@@ -398,7 +398,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       );
       const [status, value] = reply as [string, unknown];
       if (status === "ok") return decodeLease(value)!;
-      if (status === "notfound") throw notFound(leaseId);
+      if (status === "notfound") throw leaseNotFound(leaseId);
       if (status === "released") {
         throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
       }
@@ -409,13 +409,13 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     async release(leaseId, _hook, events) {
       const reply = await runEvents(run, SCRIPTS.release, [leaseId], events, (r) => r[2]);
       const [status, value] = reply as [string, unknown];
-      if (status === "notfound") throw notFound(leaseId);
+      if (status === "notfound") throw leaseNotFound(leaseId);
       return decodeLease(value)!;
     },
 
     async breakLease(leaseId, _hook, events) {
       const reply = await runEvents(runWithFloor, SCRIPTS.breakLease, [leaseId], events, (r) => r[4]);
-      if (reply[0] === "notfound") throw notFound(leaseId);
+      if (reply[0] === "notfound") throw leaseNotFound(leaseId);
       return {
         lease: decodeLease(reply[1])!,
         fence: { token: Number(reply[2]), intents: decodeIntents(reply[3]) },
@@ -424,7 +424,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
 
     async addDelegate(d) {
       const args = [d.leaseId, d.delegateId, d.createdBy, d.createdAt];
-      if ((await run(SCRIPTS.addDelegate, args)) !== "ok") throw notFound(d.leaseId);
+      if ((await run(SCRIPTS.addDelegate, args)) !== "ok") throw leaseNotFound(d.leaseId);
     },
 
     async listDelegates(leaseId) {
@@ -485,17 +485,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
         fenced ? intent.token : 0,
       ]);
       if (reply[0] === "ok") return { intentId, ceiling: Number(reply[1]) };
-      // The script refused; the same rules decide which error, from the facts it read.
-      const [, now, lease, newer, covering] = reply;
-      const facts = { lease: decodeLease(lease), newer: decodeLease(newer), covering: decodeLease(covering) };
-      judgeIntent(intent, Number(now), {
-        get: (id) => (facts.lease?.leaseId === id ? facts.lease : null),
-        findNewerOverlapping: () => facts.newer,
-        findActiveCovering: () => facts.covering,
-      });
-      throw new DomainError("LeaseExpired", "the fencing token's lease is not current", {
-        leaseId: fenced ? intent.leaseId : undefined,
-      });
+      throwIntentRefusal(intent, reply);
     },
 
     async endCommit(intentId) {
@@ -571,14 +561,4 @@ export function redactUrl(url: string): string {
   } catch {
     return "(unparsable URL)";
   }
-}
-
-function notFound(leaseId: string): DomainError {
-  return new DomainError(
-    "LeaseNotFound",
-    `lease ${leaseId} not found (unknown, forgotten, or already released)`,
-    {
-      leaseId,
-    },
-  );
 }

@@ -3,7 +3,7 @@ import { Redis } from "ioredis";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
-import { judgeIntent, newLeaseId } from "../lease-rules.js";
+import { leaseNotFound, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
   BreakResult,
@@ -15,7 +15,7 @@ import type {
 } from "../lease-store.js";
 import { validateAcquire, validateTtl } from "../memory/validate.js";
 import { EPOCH_SPAN, type EpochStore, MAX_EPOCH } from "../redis/epoch-store.js";
-import { decodeIntents, decodeLease, decodeLeases } from "../redis/lease-codec.js";
+import { decodeIntents, decodeLease, decodeLeases, throwIntentRefusal } from "../redis/lease-codec.js";
 import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "../redis/lua/delegate-scripts.js";
 import { FORGET_INTENTS } from "../redis/lua/intent-scripts.js";
 import {
@@ -568,16 +568,6 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
   }
   let lastSweepAt = Number.NEGATIVE_INFINITY;
 
-  function notFound(leaseId: string): DomainError {
-    return new DomainError(
-      "LeaseNotFound",
-      `lease ${leaseId} not found (unknown, forgotten, or already released)`,
-      {
-        leaseId,
-      },
-    );
-  }
-
   const store: RedlockLeaseStore = {
     kind: "redlock",
 
@@ -630,7 +620,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         }
         return lease;
       }
-      if (by("notfound").length >= Q) throw notFound(leaseId);
+      if (by("notfound").length >= Q) throw leaseNotFound(leaseId);
       const released = by("released").length;
       const expired = by("expired");
       if (released > 0 && released + expired.length + by("notfound").length >= Q) {
@@ -656,7 +646,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         const pick = released.length * 2 >= ended.length ? released : ended;
         return merge(pick.map((a) => decodeLease((a.reply as unknown[])[1])!));
       }
-      if (notfound.length >= Q) throw notFound(leaseId);
+      if (notfound.length >= Q) throw leaseNotFound(leaseId);
       throw unavailable(explain(answers));
     },
 
@@ -683,7 +673,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
             }
           }
           if (took >= Q) {
-            if (broken.length === 0) throw notFound(leaseId);
+            if (broken.length === 0) throw leaseNotFound(leaseId);
             return { lease: merge(broken), fence: { token: t, intents: [...intents.values()] } };
           }
           if (counted(answers).length < Q) throw unavailable(explain(answers));
@@ -700,7 +690,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       if (added >= Q) return;
       // Undone where it was added, so that a minority does not keep it.
       await onAll(S.removeDelegate, [d.leaseId, d.delegateId]);
-      if (ok.filter((a) => a.reply === "notfound").length >= Q) throw notFound(d.leaseId);
+      if (ok.filter((a) => a.reply === "notfound").length >= Q) throw leaseNotFound(d.leaseId);
       throw unavailable(explain(answers));
     },
 
@@ -804,22 +794,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         checkFloors().catch(() => undefined);
       }
       const refused = ok.find((a) => (a.reply as unknown[])[0] === "refused");
-      if (refused) {
-        const [, now, lease, newer, covering] = refused.reply as unknown[];
-        const facts = {
-          lease: decodeLease(lease),
-          newer: decodeLease(newer),
-          covering: decodeLease(covering),
-        };
-        judgeIntent(intent, Number(now), {
-          get: (id) => (facts.lease?.leaseId === id ? facts.lease : null),
-          findNewerOverlapping: () => facts.newer,
-          findActiveCovering: () => facts.covering,
-        });
-        throw new DomainError("LeaseExpired", "the fencing token's lease is not current", {
-          leaseId: fenced ? intent.leaseId : undefined,
-        });
-      }
+      if (refused) throwIntentRefusal(intent, refused.reply as unknown[]);
       throw unavailable(explain(answers));
     },
 
