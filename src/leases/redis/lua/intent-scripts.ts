@@ -9,7 +9,39 @@ import { PRELUDE } from "./prelude.js";
  * {'refused', now, lease, newer, covering} with the facts the refusal rests on (empty when
  * absent), from which the store builds the same error as every other store (judgeIntent).
  */
-export const BEGIN_COMMIT = `${PRELUDE}
+/**
+ * The two halves of a begin-commit script that one Redis and each Redlock instance share:
+ * `fenced_intent_refusal` answers the refusal of a fenced write whose lease is not current (nil
+ * when it is), `file_intent` records the intent by object, so that a grant finds the intents under
+ * its resource without reading others.
+ */
+export const INTENT_STEPS = `
+local function fenced_intent_refusal(b, key, lid, tok, now)
+  local l = lease(lid)
+  if not l then return {'refused', fmt(now), {}, {}, {}} end
+  local covers = l.b == b and ((l.k ~= nil and l.k == key) or (l.p ~= nil and string.sub(key, 1, #l.p) == l.p))
+  if not covers or l.tok ~= tok then return {'refused', fmt(now), l.raw, {}, {}} end
+  -- Ended or expired: superseded when a newer overlapping lease exists, expired otherwise.
+  if not is_active(l, now) then
+    local n = newer_overlapping(l)
+    if n then return {'refused', fmt(now), l.raw, n.raw, {}} end
+    return {'refused', fmt(now), l.raw, {}, {}}
+  end
+  return nil
+end
+local function file_intent(intent_id, kind, b, key, lid, tok, now)
+  local fields = {'b', b, 'k', key, 'at', fmt(now)}
+  if kind == 'fenced' then
+    fields[#fields + 1] = 'lid'; fields[#fields + 1] = lid
+    fields[#fields + 1] = 'tok'; fields[#fields + 1] = fmt(tok)
+  end
+  redis.call('HSET', P .. ':intent:' .. intent_id, unpack(fields))
+  redis.call('SADD', P .. ':ikl:' .. bk(b) .. ':' .. key, intent_id)
+  redis.call('ZADD', P .. ':ik:' .. bk(b), 0, key)
+end
+`;
+
+export const BEGIN_COMMIT = `${PRELUDE}${INTENT_STEPS}
 local intent_id, kind, b, key, lid, tok = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local now = clock(true)
 -- The ceiling of an unfenced write is the last token taken: a floor Redis lost could make it
@@ -24,26 +56,10 @@ if kind == 'unfenced' then
   local covering = active_overlapping(b, key, nil, now)
   if covering then return {'refused', fmt(now), {}, {}, covering.raw} end
 else
-  local l = lease(lid)
-  if not l then return {'refused', fmt(now), {}, {}, {}} end
-  local covers = l.b == b and ((l.k ~= nil and l.k == key) or (l.p ~= nil and string.sub(key, 1, #l.p) == l.p))
-  if not covers or l.tok ~= tok then return {'refused', fmt(now), l.raw, {}, {}} end
-  -- Ended or expired: superseded when a newer overlapping lease exists, expired otherwise.
-  if not is_active(l, now) then
-    local n = newer_overlapping(l)
-    if n then return {'refused', fmt(now), l.raw, n.raw, {}} end
-    return {'refused', fmt(now), l.raw, {}, {}}
-  end
+  local refusal = fenced_intent_refusal(b, key, lid, tok, now)
+  if refusal then return refusal end
 end
--- Filed by object, so that a grant finds the intents under its resource without reading others.
-local fields = {'b', b, 'k', key, 'at', fmt(now)}
-if kind == 'fenced' then
-  fields[#fields + 1] = 'lid'; fields[#fields + 1] = lid
-  fields[#fields + 1] = 'tok'; fields[#fields + 1] = fmt(tok)
-end
-redis.call('HSET', P .. ':intent:' .. intent_id, unpack(fields))
-redis.call('SADD', P .. ':ikl:' .. bk(b) .. ':' .. key, intent_id)
-redis.call('ZADD', P .. ':ik:' .. bk(b), 0, key)
+file_intent(intent_id, kind, b, key, lid, tok, now)
 return {'ok', fmt(last)}
 `;
 

@@ -1,3 +1,4 @@
+import { INTENT_STEPS } from "../../redis/lua/intent-scripts.js";
 import { PRELUDE } from "../../redis/lua/prelude.js";
 
 /**
@@ -141,7 +142,7 @@ return {'broken', redis.call('HGETALL', LEASE .. id), intents_under(l.b, l.k, l.
  * token read from a majority is above it. Answers {'ok', last}, {'epoch'} or {'refused', now, lease,
  * newer, covering}.
  */
-export const BEGIN_COMMIT_AT = `${PRELUDE}
+export const BEGIN_COMMIT_AT = `${PRELUDE}${INTENT_STEPS}
 local intent_id, kind, b, key, lid, tok = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local ceiling = tonumber(ARGV[9])
 local now = clock(true)
@@ -151,25 +152,11 @@ if kind == 'unfenced' then
   local covering = active_overlapping(b, key, nil, now)
   if covering then return {'refused', fmt(now), {}, {}, covering.raw} end
 else
-  local l = lease(lid)
-  if not l then return {'refused', fmt(now), {}, {}, {}} end
-  local covers = l.b == b and ((l.k ~= nil and l.k == key) or (l.p ~= nil and string.sub(key, 1, #l.p) == l.p))
-  if not covers or l.tok ~= tok then return {'refused', fmt(now), l.raw, {}, {}} end
-  if not is_active(l, now) then
-    local n = newer_overlapping(l)
-    if n then return {'refused', fmt(now), l.raw, n.raw, {}} end
-    return {'refused', fmt(now), l.raw, {}, {}}
-  end
+  local refusal = fenced_intent_refusal(b, key, lid, tok, now)
+  if refusal then return refusal end
 end
 if kind == 'unfenced' and ceiling > last then redis.call('HSET', P .. ':floor', 'last', fmt(ceiling)) end
-local fields = {'b', b, 'k', key, 'at', fmt(now)}
-if kind == 'fenced' then
-  fields[#fields + 1] = 'lid'; fields[#fields + 1] = lid
-  fields[#fields + 1] = 'tok'; fields[#fields + 1] = fmt(tok)
-end
-redis.call('HSET', P .. ':intent:' .. intent_id, unpack(fields))
-redis.call('SADD', P .. ':ikl:' .. bk(b) .. ':' .. key, intent_id)
-redis.call('ZADD', P .. ':ik:' .. bk(b), 0, key)
+file_intent(intent_id, kind, b, key, lid, tok, now)
 return {'ok', redis.call('HGET', P .. ':floor', 'last')}
 `;
 
