@@ -1,8 +1,9 @@
 import { spawn } from "node:child_process";
 import { createConnection, createServer } from "node:net";
+import { afterAll, beforeAll } from "vitest";
 import { hasExited, trackChild } from "./processes.js";
 import { tempDir } from "./temp.js";
-import { requireTool, TOOLS } from "./tools.js";
+import { requireTool, requireTools, TOOLS } from "./tools.js";
 import { sleep } from "./wait.js";
 
 /**
@@ -244,4 +245,25 @@ function parseReply(data: Buffer, at: number): { value: RedisReply; next: number
     default:
       throw new Error(`not a RESP reply: ${JSON.stringify(data.toString("utf8", at, at + 40))}`);
   }
+}
+
+/**
+ * A redis-server and a directory for token epochs shared by the tests of one file (each test
+ * keeps to a key prefix of its own): fails the file loudly without redis-server, starts both
+ * before the file's tests and removes them after. Read the fields inside tests and hooks.
+ */
+export function useRedisForFile(): { server: RedisServer; epochDir: string } {
+  requireTools("redis-server");
+  const fixture = {} as { server: RedisServer; epochDir: string };
+  let dir: { path: string; cleanup(): void } | undefined;
+  beforeAll(async () => {
+    fixture.server = await startRedis();
+    dir = tempDir("fencegate-epochs-");
+    fixture.epochDir = dir.path;
+  });
+  afterAll(async () => {
+    await fixture.server?.stop();
+    dir?.cleanup();
+  });
+  return fixture;
 }

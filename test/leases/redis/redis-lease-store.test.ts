@@ -1,24 +1,11 @@
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
 import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore, type RedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
-import { type RedisServer, startRedis } from "../../support/redis.js";
-import { tempDir } from "../../support/temp.js";
-import { requireTools } from "../../support/tools.js";
+import { useRedisForFile } from "../../support/redis.js";
 import { describeLeaseStoreContract, type FakeClock } from "../lease-store.contract.js";
 
-requireTools("redis-server");
-
-let server: RedisServer;
-let epochDir: { path: string; cleanup(): void };
-beforeAll(async () => {
-  server = await startRedis();
-  epochDir = tempDir("fencegate-epochs-");
-});
-afterAll(async () => {
-  await server?.stop();
-  epochDir?.cleanup();
-});
+const shared = useRedisForFile();
 
 let harnesses = 0;
 /** A store on this file's redis-server under a key prefix of its own, so tests share nothing. */
@@ -28,13 +15,13 @@ async function open(
   extra: { retainMs?: number } = {},
 ): Promise<RedisLeaseStore> {
   const store = createRedisLeaseStore({
-    url: server.url,
+    url: shared.server.url,
     keyPrefix: prefix,
-    epochs: createFileEpochStore(`${epochDir.path}/${prefix}`),
+    epochs: createFileEpochStore(`${shared.epochDir}/${prefix}`),
     clock,
     ...extra,
   });
-  if (!(await store.ready(5_000))) throw new Error(`no connection to ${server.url}`);
+  if (!(await store.ready(5_000))) throw new Error(`no connection to ${shared.server.url}`);
   return store;
 }
 
@@ -77,7 +64,7 @@ describe("redis lease store", () => {
 
   it("loads its scripts again after Redis forgot them (SCRIPT FLUSH)", async () => {
     await grant("a");
-    expect(await server.command("SCRIPT", "FLUSH")).toBe("OK");
+    expect(await shared.server.command("SCRIPT", "FLUSH")).toBe("OK");
     expect((await grant("b")).token).toBe(2);
   });
 
@@ -97,7 +84,7 @@ describe("redis lease store", () => {
     clock.advance(30_000);
     expect(await store.sweep()).toBe(1);
     expect(await store.get(b.leaseId)).toBeNull();
-    expect(await server.command("EXISTS", `${prefix}:rkl:1:b:k`)).toBe(0);
+    expect(await shared.server.command("EXISTS", `${prefix}:rkl:1:b:k`)).toBe(0);
   });
 
   it("reads only the candidates: acquire cost does not grow with the number of live leases", async () => {
@@ -105,7 +92,7 @@ describe("redis lease store", () => {
     // many Redis commands, and spends about as long in Redis, as with a few dozen (Redis's own
     // command statistics: calls of the commands the scripts run, and the scripts' time).
     const stats = async () => {
-      const info = String(await server.command("INFO", "commandstats"));
+      const info = String(await shared.server.command("INFO", "commandstats"));
       const rows = [...info.matchAll(/^cmdstat_(\w+):calls=(\d+),usec=(\d+)/gm)];
       const inner = rows.filter(([, name]) => !["evalsha", "info", "config", "script"].includes(name!));
       const script = rows.find(([, name]) => name === "evalsha");

@@ -6,7 +6,7 @@
  * that disconnects or whose replica dies is skipped, and pool shares are computed over every
  * replica's workers. The grant's own script refuses a ticket that is not first in line.
  */
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it } from "vitest";
 import { createMemoryAuditLog } from "../../../src/audit/memory/memory-audit-log.js";
 import { systemClock } from "../../../src/core/clock.js";
 import type { DomainError } from "../../../src/core/errors.js";
@@ -17,26 +17,13 @@ import { Pools } from "../../../src/leases/pools.js";
 import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore, type RedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
 import type { SharedWaitLine, SharesWaiting } from "../../../src/leases/wait-queue.js";
-import { type RedisServer, startRedis } from "../../support/redis.js";
-import { tempDir } from "../../support/temp.js";
-import { requireTools } from "../../support/tools.js";
+import { useRedisForFile } from "../../support/redis.js";
 import { sleep } from "../../support/wait.js";
-
-requireTools("redis-server");
 
 const CALLER: Caller = { principal: null, requestId: null };
 const LIMITS = { minTtlMs: 1, maxTtlMs: 3_600_000, maxWaitMs: 60_000 };
 
-let server: RedisServer;
-let epochDir: { path: string; cleanup(): void };
-beforeAll(async () => {
-  server = await startRedis();
-  epochDir = tempDir("fencegate-epochs-");
-});
-afterAll(async () => {
-  await server?.stop();
-  epochDir?.cleanup();
-});
+const shared = useRedisForFile();
 
 type Replica = { store: RedisLeaseStore; service: LeaseService; attempts(): number };
 
@@ -52,13 +39,13 @@ async function replicas(n: number, opts: { waitTicketTtlMs?: number } = {}): Pro
   const out: Replica[] = [];
   for (let i = 0; i < n; i++) {
     const store = createRedisLeaseStore({
-      url: server.url,
+      url: shared.server.url,
       keyPrefix: prefix,
-      epochs: createFileEpochStore(`${epochDir.path}/${prefix}`),
+      epochs: createFileEpochStore(`${shared.epochDir}/${prefix}`),
       ...opts,
     });
     closers.push(() => store.close());
-    if (!(await store.ready(5_000))) throw new Error(`no connection to ${server.url}`);
+    if (!(await store.ready(5_000))) throw new Error(`no connection to ${shared.server.url}`);
     // Grant attempts of this replica, through the store or through the shared queue.
     let attempts = 0;
     const counting: LeaseStore & SharesWaiting = Object.create(store);
@@ -241,7 +228,7 @@ describe("a replica whose wake-up connection was lost", () => {
     await until(() => total() === 2, "the waiter's attempt on arrival");
     const other = await acquire(rs[0]!, { bucket: "b", key: "other" }, 0, "other");
     // Every subscriber connection is cut: what is published until they are back is lost.
-    expect(await server.command("CLIENT", "KILL", "TYPE", "pubsub")).toBeGreaterThanOrEqual(2);
+    expect(await shared.server.command("CLIENT", "KILL", "TYPE", "pubsub")).toBeGreaterThanOrEqual(2);
     await rs[0]!.service.release(holder.leaseId, CALLER);
     const { delegate } = await rs[0]!.service.addDelegate(other.leaseId, CALLER);
     // Back by itself: the waiter tries once and gets the lease long before the holder's TTL.
