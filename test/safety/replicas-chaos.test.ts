@@ -203,6 +203,14 @@ describe("three replicas on one Redis under SIGSTOP chaos", () => {
       const acquired = await allAuditRecords(clients[1]!.leases, { bucket: BUCKET, op: "LeaseAcquired" });
       const grantedTokens = new Set(acquired.filter((r) => r.decision === "accepted").map((r) => r.token));
       for (const token of grants) expect(grantedTokens.has(token), `grant ${token}`).toBe(true);
+      // Each grant's record is appended by the grant itself, so the log's order is the grant
+      // order: tokens rise along it.
+      const grantOrder = acquired
+        .filter((r) => r.decision === "accepted")
+        .sort((a, b) => a.seq - b.seq)
+        .map((r) => Number(r.token));
+      expect(grantOrder.length).toBeGreaterThanOrEqual(grants.length);
+      for (let i = 1; i < grantOrder.length; i++) expect(grantOrder[i]).toBeGreaterThan(grantOrder[i - 1]!);
       for (let i = 1; i < records.length; i++) expect(records[i]!.seq).toBeGreaterThan(records[i - 1]!.seq);
       for (const c of clients) c.s3.destroy();
     },
