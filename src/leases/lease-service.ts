@@ -3,6 +3,7 @@ import { type AccessPolicy, openPolicy } from "../access/access-policy.js";
 import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
+import { randomBase64url } from "../core/random.js";
 import { type LeaseState, leaseState, overlaps, type ResourceRef, resourceOf } from "./lease-rules.js";
 import type {
   CommitIntentRef,
@@ -53,6 +54,8 @@ type PendingAcquire = Waiter & {
   reject(error: unknown): void;
   /** A tryAcquire for it is under way. */
   trying: boolean;
+  /** Woken while trying: if the attempt finds the resource held, it tries once more. */
+  again: boolean;
   timedOut: boolean;
   aborted: boolean;
   /** Undoes its timer and abort listener once it is answered. */
@@ -94,8 +97,6 @@ export type LeaseServiceOptions = {
 export class LeaseService {
   private readonly queue = new WaitQueue<PendingAcquire>();
   private nextWaiterId = 1;
-  private wakeFilters: Array<(w: PendingAcquire) => boolean> = [];
-  private pumping = false;
   private expiryTimer: NodeJS.Timeout | undefined;
   /**
    * The wait queue every replica shares, when the store offers one (Redis): this gateway's
@@ -279,7 +280,7 @@ export class LeaseService {
     return new Promise<LeaseInfo>((resolve, reject) => {
       const waiter: PendingAcquire = {
         id: this.nextWaiterId++,
-        ticket: randomBytes(12).toString("base64url"),
+        ticket: randomBase64url(12),
         head: this.shared === undefined,
         resource: req.resource,
         heldBy: null,
@@ -288,6 +289,7 @@ export class LeaseService {
         resolve,
         reject,
         trying: false,
+        again: false,
         timedOut: false,
         aborted: false,
         cleanup: [],
@@ -425,24 +427,21 @@ export class LeaseService {
     else this.wake(newHeads);
   }
 
-  /** Tries the waiters at the head of their resource's queue that `filter` picks, one at a time. */
+  /**
+   * Tries the waiters at the head of their resource's queue that `filter` picks. Heads never
+   * overlap one another, so their attempts run side by side (each is one atomic step of the
+   * store, which checks for overlapping leases itself): a grant on one key does not wait for the
+   * fsync of a grant on another. A head already trying is marked to try once more when its
+   * attempt finds the resource held: what woke it may have ended that holder after the attempt
+   * read it.
+   */
   private wake(filter: (w: PendingAcquire) => boolean): void {
-    this.wakeFilters.push(filter);
-    if (this.pumping) return;
-    this.pumping = true;
-    void (async () => {
-      try {
-        while (this.wakeFilters.length > 0) {
-          const filters = this.wakeFilters.splice(0);
-          for (const w of this.heads()) {
-            if (this.queue.has(w) && !w.trying && filters.some((f) => f(w))) await this.attempt(w);
-          }
-        }
-      } finally {
-        this.pumping = false;
-        this.scheduleExpiryWake();
-      }
-    })();
+    for (const w of this.heads()) {
+      if (!filter(w)) continue;
+      if (w.trying) w.again = true;
+      else void this.attempt(w);
+    }
+    this.scheduleExpiryWake();
   }
 
   /**
@@ -466,11 +465,20 @@ export class LeaseService {
   }
 
   private async attempt(w: PendingAcquire): Promise<void> {
+    try {
+      await this.tryAsHead(w);
+    } finally {
+      this.scheduleExpiryWake();
+    }
+  }
+
+  private async tryAsHead(w: PendingAcquire): Promise<void> {
     const { req, caller } = w;
     const { principal } = caller;
     w.trying = true;
     try {
       for (;;) {
+        w.again = false;
         const event = this.event("LeaseAcquired", caller);
         const input = {
           resource: req.resource,
@@ -483,6 +491,7 @@ export class LeaseService {
           ? await this.shared.tryAcquireAsHead(w.ticket, input, event.context)
           : await this.opts.store.tryAcquire(input, event.hook, event.context);
         if ("behind" in result) {
+          if (w.again) continue;
           w.head = false;
           break;
         }
@@ -509,6 +518,7 @@ export class LeaseService {
           continue;
         }
         w.heldBy = result.heldBy;
+        if (w.again) continue;
         break;
       }
     } catch (e) {

@@ -41,15 +41,20 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
     let cleanup: () => Promise<void>;
     let service: LeaseService;
     let attempts: number;
+    /** While set, every grant attempt's answer is held back until it resolves. */
+    let gate: Promise<void> | null;
 
     beforeEach(async () => {
       ({ store, cleanup } = await factory());
       attempts = 0;
+      gate = null;
       // Counts the store's grant attempts: how many waiters each event woke.
       const counting: LeaseStore = Object.create(store);
-      counting.tryAcquire = (input, hook, events) => {
+      counting.tryAcquire = async (input, hook, events) => {
         attempts++;
-        return store.tryAcquire(input, hook, events);
+        const result = await store.tryAcquire(input, hook, events);
+        if (gate) await gate;
+        return result;
       };
       // A store shared by replicas grants a waiter through its shared queue: counted alike.
       const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
@@ -57,9 +62,11 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
         const line = sharing.call(store);
         const countingLine: SharedWaitLine = {
           ...line,
-          tryAcquireAsHead: (ticket, input, events) => {
+          tryAcquireAsHead: async (ticket, input, events) => {
             attempts++;
-            return line.tryAcquireAsHead(ticket, input, events);
+            const result = await line.tryAcquireAsHead(ticket, input, events);
+            if (gate) await gate;
+            return result;
           },
         };
         (counting as LeaseStore & SharesWaiting).sharedWaitLine = () => countingLine;
@@ -180,6 +187,44 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
       expect(attempts - before).toBe(1);
       expect(onC.lease).toBeUndefined();
       expect((await service.list({ bucket: "b" })).find((l) => l.key === "c")!.waiters).toBe(1);
+    });
+
+    /** Holds back the answers of grant attempts until the returned function is called. */
+    function holdAttempts(): () => void {
+      let open!: () => void;
+      gate = new Promise<void>((resolve) => {
+        open = resolve;
+      });
+      return () => {
+        gate = null;
+        open();
+      };
+    }
+
+    it("requests for different resources try side by side, not one after another", async () => {
+      const open = holdAttempts();
+      const outcomes = ["a", "b", "c", "d"].map((key) => track(acquire({ bucket: "b", key }, 0, key)));
+      // All four attempts are under way at once, none waiting for another's answer.
+      await until(() => attempts === 4, "four attempts in flight together");
+      expect(outcomes.every((o) => !o.lease && !o.error)).toBe(true);
+      open();
+      await until(() => outcomes.every((o) => o.lease !== undefined), "the four grants");
+      expect(new Set(outcomes.map((o) => o.lease!.token)).size).toBe(4);
+    });
+
+    it("a lease that ends while the next waiter's attempt is in flight still wakes that waiter", async () => {
+      const resource = { bucket: "b", key: "k" };
+      const holder = await acquire(resource, 0, "holder");
+      const open = holdAttempts();
+      // Its attempt sees the holder, and its answer is held back...
+      const waiter = track(acquire(resource, 30_000, "waiter"));
+      await until(() => attempts === 2, "the waiter's attempt");
+      // ...while the holder releases: the wake-up finds the waiter still trying.
+      await service.release(holder.leaseId, CALLER);
+      open();
+      // Granted now, not when the released lease would have expired (60 s).
+      await until(() => waiter.lease !== undefined, "the waiter's grant", 3_000);
+      expect(attempts).toBe(3);
     });
 
     it("pools: workers settle on fair shares of the groups, one owner per group, each group lease covering its keys", async () => {
