@@ -1,10 +1,11 @@
-import { createHash, randomBytes } from "node:crypto";
+import { createHash } from "node:crypto";
 /**
  * The lease rules every store applies: what a lease's resource overlaps, which keys it covers,
  * and what state it is in at a given instant. Pure functions of their arguments (time is passed
  * in), so that the embedded and Redis stores decide exactly alike.
  */
 import { DomainError } from "../core/errors.js";
+import { randomHex } from "../core/random.js";
 import type { IntentInput, LeaseReads, LeaseRecord, LeaseResource } from "./lease-store.js";
 
 export type LeaseState = "active" | "expired" | "released";
@@ -224,10 +225,13 @@ export function judgeIntent(intent: IntentInput, now: number, reads: LeaseReads)
 
 /**
  * A new lease id: 32 hex digits. Never starting with "-", so that command lines (and anything
- * else that parses options) cannot mistake it for a flag.
+ * else that parses options) cannot mistake it for a flag. The first 12 are the millisecond time
+ * it was made, the other 20 random (80 bits: not guessable): ids made close in time sort close
+ * together, so each index on them (the lease table's, the audit log's) takes a batch of new
+ * grants on its last page or two instead of on one page each, scattered over the whole index.
  */
 export function newLeaseId(): string {
-  return randomBytes(16).toString("hex");
+  return Date.now().toString(16).padStart(12, "0") + randomHex(10);
 }
 
 /** The refusal for a lease id a store does not know (never issued, forgotten, or released). */

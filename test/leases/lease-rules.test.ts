@@ -6,6 +6,7 @@ import {
   endedAt,
   isActive,
   leaseState,
+  newLeaseId,
   overlaps,
   type ResourceRef,
   resourceOf,
@@ -148,5 +149,18 @@ describe("prefixUpperBound", () => {
     expect(prefixUpperBound("")).toBeNull();
     expect(prefixUpperBound("\u{10FFFF}\u{10FFFF}")).toBeNull();
     expect(prefixUpperBound("a/")).toBe("a0");
+  });
+});
+
+describe("newLeaseId", () => {
+  it("is 32 hex digits led by its millisecond time, so that ids made later sort after", async () => {
+    const first = newLeaseId();
+    await new Promise((r) => setTimeout(r, 3));
+    const second = newLeaseId();
+    for (const id of [first, second]) expect(id).toMatch(/^[0-9a-f]{32}$/);
+    expect(Math.abs(Number.parseInt(first.slice(0, 12), 16) - Date.now())).toBeLessThan(1_000);
+    expect(second > first).toBe(true);
+    // The random part differs even within one millisecond.
+    expect(new Set(Array.from({ length: 100 }, () => newLeaseId().slice(12))).size).toBe(100);
   });
 });
