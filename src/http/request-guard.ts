@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from "node:async_hooks";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { DomainError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
@@ -7,14 +6,16 @@ import { newRequestId } from "./request-id.js";
 
 export type RequestListener = (req: IncomingMessage, res: ServerResponse) => unknown;
 
-const running = new AsyncLocalStorage<IncomingMessage>();
+let running: IncomingMessage | undefined;
 
 /**
- * The request whose listener is running: for error handlers that are called synchronously from
- * it without being given the request (the HTTP adapter's, when it cannot build a URL).
+ * The request whose listener is running, during the listener's synchronous part only: for error
+ * handlers that are called synchronously from it without being given the request (the HTTP
+ * adapter's, when it cannot build a URL). A plain variable, not AsyncLocalStorage, which on
+ * Node 20 puts a hook on every promise the process makes.
  */
 export function currentRequest(): IncomingMessage | undefined {
-  return running.getStore();
+  return running;
 }
 
 /** Headers whose repetition makes a request ambiguous; Node would keep the first silently. */
@@ -46,7 +47,13 @@ export function guardRequests(
       res.end(answer.body);
       return;
     }
-    return running.run(req, () => listener(req, res));
+    const outer = running;
+    running = req;
+    try {
+      return listener(req, res);
+    } finally {
+      running = outer;
+    }
   };
 }
 

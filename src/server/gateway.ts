@@ -1,5 +1,5 @@
 import { createHmac, randomBytes } from "node:crypto";
-import { createServer, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { getRequestListener, type HttpBindings } from "@hono/node-server";
 import { Hono } from "hono";
@@ -145,22 +145,31 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     isLeaseApiTarget(where.target, where.host, domain)
       ? apiEdgeAnswer(err)
       : s3EdgeAnswer(err, where.target, requestId);
+  // The adapter cannot build a URL for this request (a backslash in the path, a bad Host, an
+  // unusable absolute-form target); it would answer a bare 400.
+  const refuseTarget = (err: unknown, incoming: IncomingMessage | undefined) => {
+    const host = incoming?.headers.host;
+    const refusal = validHost(host)
+      ? new DomainError("InvalidURI", "Couldn't parse the specified URI.")
+      : new DomainError("InvalidArgument", "The Host header is not valid.");
+    log.info({ err: (err as Error).message }, "request target refused");
+    const requestId = newRequestId();
+    return edgeResponse(render(refusal, { target: incoming?.url, host }, requestId), requestId);
+  };
   const listener = getRequestListener(
-    async (req, env) => sendNodeBody(await app.fetch(req, env), (env as HttpBindings).outgoing),
-    {
-      // The adapter cannot build a URL for this request (a backslash in the path, a bad Host, an
-      // unusable absolute-form target); it would answer a bare 400.
-      errorHandler: (err) => {
-        const incoming = currentRequest();
-        const host = incoming?.headers.host;
-        const refusal = validHost(host)
-          ? new DomainError("InvalidURI", "Couldn't parse the specified URI.")
-          : new DomainError("InvalidArgument", "The Host header is not valid.");
-        log.info({ err: (err as Error).message }, "request target refused");
-        const requestId = newRequestId();
-        return edgeResponse(render(refusal, { target: incoming?.url, host }, requestId), requestId);
-      },
+    async (req, env) => {
+      const { incoming, outgoing } = env as HttpBindings;
+      let res: Response;
+      try {
+        res = await app.fetch(req, env);
+      } catch (err) {
+        // Hono builds the path from the URL too; a failure there is the adapter's failure.
+        res = refuseTarget(err, incoming);
+      }
+      return sendNodeBody(res, outgoing);
     },
+    // The adapter calls this synchronously from the listener, while currentRequest() is its request.
+    { errorHandler: (err) => refuseTarget(err, currentRequest()) },
   );
   const { server: serverConfig } = config;
   const maxHeadersCount = 2000;
