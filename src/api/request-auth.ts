@@ -10,6 +10,7 @@ import type { ApiEnv } from "./lease-api.js";
 
 /** Lease API request bodies are small JSON documents. */
 const MAX_BODY_BYTES = 64 * 1024;
+const EMPTY = Buffer.alloc(0);
 
 /**
  * SigV4 for the lease API, with the S3 access keys. Unlike S3, generic SigV4 clients (curl
@@ -46,7 +47,12 @@ export function apiAuthenticator(auth: RequestAuthenticator) {
  * parsing. Nothing else reads the body before this.
  */
 async function readBody(incoming: IncomingMessage): Promise<Buffer> {
-  const declared = Number(incoming.headers["content-length"] ?? 0);
+  const length = incoming.headers["content-length"];
+  // No Content-Length and no Transfer-Encoding: HTTP/1.1 says there is no body (a DELETE, a GET).
+  if ((length === undefined || length === "0") && incoming.headers["transfer-encoding"] === undefined) {
+    return EMPTY;
+  }
+  const declared = Number(length ?? 0);
   if (declared > MAX_BODY_BYTES) throw tooLarge();
   const chunks: Buffer[] = [];
   let size = 0;

@@ -245,9 +245,11 @@ function requestTime(headers: RequestHeaders): { amzDate: string; signedAt: numb
       MissingHeaderName: "x-amz-date",
     });
   }
-  const signedAt = xAmzDate !== undefined ? parseAmzDate(xAmzDate.trim()) : parseHttpDate(raw);
+  const trimmed = xAmzDate?.trim();
+  const signedAt = trimmed !== undefined ? parseAmzDate(trimmed) : parseHttpDate(raw);
   if (signedAt === undefined) {
     throw new DomainError("AccessDenied", "AWS authentication requires a valid Date or x-amz-date header");
   }
-  return { amzDate: formatAmzDate(signedAt), signedAt, rawDate: raw };
+  // A valid x-amz-date is already in the basic form (parseAmzDate accepts only what it would write).
+  return { amzDate: trimmed ?? formatAmzDate(signedAt), signedAt, rawDate: raw };
 }
