@@ -65,4 +65,4 @@ function readPidFile(dataDir: string): string | null {
 }
 
 // The domain (group commit) lives in its own file; importers of the database get it from here.
-export { EmbeddedDomain, embeddedDomain } from "./domain.js";
+export { closeEmbeddedDb, EmbeddedDomain, embeddedDomain } from "./domain.js";

@@ -75,6 +75,8 @@ export class EmbeddedDomain implements TxDomain {
   /** Set once an fsync failed: nothing later can be promised durable. */
   private broken: Error | null = null;
   private dirSynced = false;
+  /** The WAL file, open for fsync from the first flush on (null before, and once closed). */
+  private walFd: number | null = null;
 
   constructor(
     readonly db: Database.Database,
@@ -172,9 +174,14 @@ export class EmbeddedDomain implements TxDomain {
           cause: err,
         });
       for (const answer of covered) answer(this.broken);
+      if (!this.db.open) this.closeWal();
       if (this.awaitingSync.length > 0) this.syncWal();
       else if (this.queue.length > 0) this.schedule();
     };
+    if (this.walFd !== null) {
+      this.syncFile(this.walFd, done);
+      return;
+    }
     const wal = this.wal!;
     open(wal, "r", (openErr, fd) => {
       if (openErr) {
@@ -183,25 +190,45 @@ export class EmbeddedDomain implements TxDomain {
         done(openErr.code === "ENOENT" ? null : openErr);
         return;
       }
+      // Kept open from now on: each later flush is one fsync on the thread pool, not an open,
+      // an fsync and a close, each waiting its turn on the event loop. SQLite keeps the WAL file
+      // (the same inode, rewound after each checkpoint) for as long as the connection is open, so
+      // this descriptor stays the file SQLite writes.
+      this.walFd = fd;
       this.syncFile(fd, (syncErr) => {
-        close(fd, () => {
-          if (syncErr || this.dirSynced) {
-            done(syncErr);
-            return;
-          }
-          // Once: the WAL file's own directory entry.
-          open(dirname(wal), "r", (dirErr, dirFd) => {
-            if (dirErr) return done(dirErr);
-            this.syncFile(dirFd, (dirSyncErr) =>
-              close(dirFd, () => {
-                if (!dirSyncErr) this.dirSynced = true;
-                done(dirSyncErr);
-              }),
-            );
-          });
+        if (syncErr || this.dirSynced) {
+          done(syncErr);
+          return;
+        }
+        // Once: the WAL file's own directory entry.
+        open(dirname(wal), "r", (dirErr, dirFd) => {
+          if (dirErr) return done(dirErr);
+          this.syncFile(dirFd, (dirSyncErr) =>
+            close(dirFd, () => {
+              if (!dirSyncErr) this.dirSynced = true;
+              done(dirSyncErr);
+            }),
+          );
         });
       });
     });
+  }
+
+  /** Closes the WAL descriptor once the database is closed (SQLite has removed the file). */
+  private closeWal(): void {
+    if (this.walFd === null) return;
+    close(this.walFd, () => {});
+    this.walFd = null;
+  }
+
+  /**
+   * Closes the database, after the batches still queued (nothing queued is dropped), and the
+   * WAL descriptor this domain keeps.
+   */
+  close(): void {
+    this.flushNow();
+    this.db.close();
+    if (!this.syncing) this.closeWal();
   }
 
   /** A batch of one needs no savepoint: the transaction is the step. */
@@ -274,4 +301,11 @@ export function embeddedDomain(db: Database.Database): EmbeddedDomain {
     domains.set(db, domain);
   }
   return domain;
+}
+
+/** Closes a database and, if it has one, its domain (queued steps run first; the WAL descriptor goes). */
+export function closeEmbeddedDb(db: Database.Database): void {
+  const domain = domains.get(db);
+  if (domain) domain.close();
+  else db.close();
 }

@@ -8,7 +8,7 @@ import { ConfigError } from "../config/load.js";
 import type { BackendSpec, Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
-import { type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
+import { closeEmbeddedDb, type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
 import type { LeaseStore } from "../leases/lease-store.js";
 import { openAuditLog } from "./audit-components.js";
 import { openLeaseStore } from "./lease-components.js";
@@ -59,12 +59,12 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
         await backend.close();
         await leaseStore.close();
         await audit.close();
-        db.close();
+        closeEmbeddedDb(db);
       },
     };
   } catch (e) {
     for (const backend of opened) await backend.close().catch(() => undefined);
-    db.close();
+    closeEmbeddedDb(db);
     throw e;
   }
 }

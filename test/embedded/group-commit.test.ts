@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { fstatSync } from "node:fs";
+import { fstatSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { type EmbeddedDb, EmbeddedDomain, openEmbeddedDb } from "../../src/embedded/db.js";
@@ -218,6 +218,24 @@ describe("EmbeddedDomain answers after the WAL fsync", () => {
     await finishSync();
     await refused;
     expect(answered).toEqual(["a", "refused"]);
+  });
+
+  it("fsyncs the file SQLite writes its WAL to, through one descriptor kept open until the database closes", async () => {
+    const fds: number[] = [];
+    for (const v of ["a", "b", "c"]) {
+      const run = domain.run(insert(v));
+      while (held.length === 0) await settle();
+      fds.push(held[0]!.fd);
+      await finishSync();
+      await run;
+    }
+    // One open for every flush, of the WAL's own inode.
+    expect(new Set(fds).size).toBe(1);
+    expect(fstatSync(fds[0]!).ino).toBe(statSync(`${db.name}-wal`).ino);
+    domain.close();
+    expect(db.open).toBe(false);
+    await settle();
+    expect(() => fstatSync(fds[0]!)).toThrow(/EBADF/);
   });
 
   it("fails the waiting callers and every later step when an fsync fails", async () => {
