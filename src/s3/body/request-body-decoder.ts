@@ -29,20 +29,33 @@ const TRAILER_SIGNATURE = "x-amz-trailer-signature";
 export class RequestBodyDecoder extends Transform {
   readonly done: Promise<BodyDigestResult>;
   private settle!: { resolve: (r: BodyDigestResult) => void; reject: (e: unknown) => void };
+  private settled = false;
   private readonly digest: BodyDigest;
   private readonly parser: AwsChunkedParser | undefined;
 
   constructor(private readonly plan: DecoderPlan) {
     super();
     this.done = new Promise((resolve, reject) => {
-      this.settle = { resolve, reject };
+      this.settle = {
+        resolve: (r) => {
+          this.settled = true;
+          resolve(r);
+        },
+        reject: (e) => {
+          this.settled = true;
+          reject(e);
+        },
+      };
     });
     // The stream's own error is what consumers see; the promise must not add an unhandled rejection.
     this.done.catch(() => {});
     this.once("error", (e) => this.settle.reject(e));
-    this.once("close", () =>
-      this.settle.reject(new DomainError("IncompleteBody", "The request body was not completely read")),
-    );
+    // (Only when nothing settled it: an error built on every close would cost a stack trace per PUT.)
+    this.once("close", () => {
+      if (!this.settled) {
+        this.settle.reject(new DomainError("IncompleteBody", "The request body was not completely read"));
+      }
+    });
     const verifyOnly: ChecksumAlgorithm[] =
       plan.mode.kind === "plain" && plan.mode.sha256Hex !== undefined ? ["SHA256"] : [];
     this.digest = new BodyDigest(plan.algorithms, verifyOnly, {
