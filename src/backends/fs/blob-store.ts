@@ -1,12 +1,19 @@
-import { createHash, randomInt, randomUUID } from "node:crypto";
+import { randomInt, randomUUID } from "node:crypto";
 import { createWriteStream } from "node:fs";
 import { type FileHandle, mkdir, open, opendir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
+import { Md5Thread } from "../../core/md5-thread.js";
 import { DirSyncer, syncDir } from "./dir-sync.js";
 
 /** A body written in full and durably, under its final name, not yet referenced by any row. */
+/**
+ * How much of a body may wait for the file while a write is in flight: the chunks that arrive
+ * meanwhile go down in one writev, and the socket keeps being read while the disk works.
+ */
+const WRITE_BUFFER_BYTES = 512 * 1024;
+
 export type StoredBlob = { id: string; size: number; md5Hex: string };
 
 /** New blobs go to one shard for this many writes, so that concurrent writes share dir fsyncs. */
@@ -50,17 +57,31 @@ export class BlobStore {
     // The iteration below starts on a later tick: an error emitted before then must not go
     // unhandled (the iterator still sees it, from the stream's errored state).
     body.on("error", noop);
-    const md5 = createHash("md5");
-    const stored = await this.writeChunks(
-      (async function* hashed() {
-        for await (const chunk of body) {
-          const bytes = typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Buffer);
-          md5.update(bytes);
-          yield bytes;
-        }
-      })(),
-    );
-    return { ...stored, md5Hex: md5.digest("hex") };
+    // Hashed on a worker thread (src/core/md5-thread.ts): parts are large.
+    const md5 = new Md5Thread();
+    let stored: { id: string; size: number };
+    try {
+      stored = await this.writeChunks(
+        (async function* hashed() {
+          for await (const chunk of body) {
+            const bytes = typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Buffer);
+            if (!md5.update(bytes)) await md5.drained();
+            yield bytes;
+          }
+        })(),
+      );
+    } catch (e) {
+      md5.cancel();
+      throw e;
+    }
+    let md5Hex: string;
+    try {
+      md5Hex = await md5.digest();
+    } catch (e) {
+      await this.remove(stored.id);
+      throw e;
+    }
+    return { ...stored, md5Hex };
   }
 
   /**
@@ -74,7 +95,7 @@ export class BlobStore {
     const final = this.pathOf(id);
     let size = 0;
     // flush: the stream fsyncs before it closes, and pipeline resolves only after 'close'.
-    const file = createWriteStream(tmp, { flags: "wx", flush: true });
+    const file = createWriteStream(tmp, { flags: "wx", flush: true, highWaterMark: WRITE_BUFFER_BYTES });
     try {
       await pipeline(
         Readable.from(

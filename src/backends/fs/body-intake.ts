@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
 import type { Readable } from "node:stream";
+import { Md5Thread } from "../../core/md5-thread.js";
 import type { BlobStore } from "./blob-store.js";
 
 /**
@@ -20,7 +21,6 @@ export async function takeBody(stream: Readable, inlineMax: number, blobs: BlobS
   // The pull below starts at once, but a failure may be emitted before the first chunk: the
   // iterator reports it, and this listener keeps it from counting as unhandled meanwhile.
   stream.on("error", noop);
-  const md5 = createHash("md5");
   const iterator = stream[Symbol.asyncIterator]() as AsyncIterator<Buffer | string>;
   const held: Buffer[] = [];
   let size = 0;
@@ -28,11 +28,11 @@ export async function takeBody(stream: Readable, inlineMax: number, blobs: BlobS
     for (;;) {
       const next = await iterator.next();
       if (next.done) {
+        // Small: hashed here, at once (a few microseconds for the inline sizes).
         const inline = held.length === 1 ? held[0]! : Buffer.concat(held, size);
-        return { inline, size, md5Hex: md5.digest("hex") };
+        return { inline, size, md5Hex: createHash("md5").update(inline).digest("hex") };
       }
       const chunk = toBuffer(next.value);
-      md5.update(chunk);
       size += chunk.length;
       held.push(chunk);
       if (size > inlineMax) break;
@@ -41,19 +41,22 @@ export async function takeBody(stream: Readable, inlineMax: number, blobs: BlobS
     await iterator.return?.();
     throw e;
   }
-  // Large: what was held, then the rest as it comes, into a blob file.
+  // Large: what was held, then the rest as it comes, into a blob file; hashed on a worker
+  // thread (src/core/md5-thread.ts), which the intake waits for only when it falls behind.
+  const md5 = new Md5Thread();
   let id: string;
   try {
     ({ id } = await blobs.writeChunks(
       (async function* rest() {
+        for (const chunk of held) md5.update(chunk);
         yield* held.splice(0);
         try {
           for (;;) {
             const next = await iterator.next();
             if (next.done) return;
             const chunk = toBuffer(next.value);
-            md5.update(chunk);
             size += chunk.length;
+            if (!md5.update(chunk)) await md5.drained();
             yield chunk;
           }
         } finally {
@@ -62,11 +65,19 @@ export async function takeBody(stream: Readable, inlineMax: number, blobs: BlobS
       })(),
     ));
   } catch (e) {
+    md5.cancel();
     // The file could fail before the generator ever ran: the body must not stay half-read.
     await iterator.return?.();
     throw e;
   }
-  return { blob: id, size, md5Hex: md5.digest("hex") };
+  let md5Hex: string;
+  try {
+    md5Hex = await md5.digest();
+  } catch (e) {
+    await blobs.remove(id);
+    throw e;
+  }
+  return { blob: id, size, md5Hex };
 }
 
 const toBuffer = (chunk: Buffer | string): Buffer => (typeof chunk === "string" ? Buffer.from(chunk) : chunk);
