@@ -1,5 +1,5 @@
 import type { ServerResponse } from "node:http";
-import { pipeline, type Readable } from "node:stream";
+import type { Readable } from "node:stream";
 
 /**
  * Object bodies bypass the Fetch API on their way out: a handler answers with a body-less
@@ -62,8 +62,23 @@ export function sendNodeBody(res: Response, outgoing: ServerResponse): Response 
     return alreadySent();
   }
   outgoing.writeHead(res.status, head);
-  // An error on either side ends both: a read error cuts the answer short (the client sees a body
-  // shorter than its Content-Length), a client that goes away closes the stream.
-  pipeline(stream, outgoing, () => {});
+  pipeBody(stream, outgoing);
   return alreadySent();
+}
+
+/**
+ * An error on either side ends both: a read error cuts the answer short (the client sees a body
+ * shorter than its Content-Length), a client that goes away closes the stream (and its file).
+ * What stream.pipeline does, without the AbortController it makes per call and the AbortError
+ * (a DOMException, with its stack) it builds when every pipeline ends, on every GET.
+ */
+function pipeBody(stream: Readable, outgoing: ServerResponse): void {
+  const stop = () => {
+    if (!stream.readableEnded && !stream.destroyed) stream.destroy();
+  };
+  stream.once("error", (err) => outgoing.destroy(err));
+  // (A listener of its own: pipe() rethrows a destination's error that nobody else listens to.)
+  outgoing.on("error", stop);
+  outgoing.once("close", stop);
+  stream.pipe(outgoing);
 }
