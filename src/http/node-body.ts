@@ -1,5 +1,6 @@
 import type { ServerResponse } from "node:http";
 import type { Readable } from "node:stream";
+import { memoryBytes } from "../core/memory-body.js";
 
 /**
  * Object bodies bypass the Fetch API on their way out: a handler answers with a body-less
@@ -73,6 +74,13 @@ export function sendNodeBody(res: Response, outgoing: ServerResponse): Response 
  * (a DOMException, with its stack) it builds when every pipeline ends, on every GET.
  */
 function pipeBody(stream: Readable, outgoing: ServerResponse): void {
+  const inMemory = memoryBytes(stream);
+  if (inMemory !== undefined) {
+    // Bytes already in memory (an inline object) go out with the head, in one write.
+    stream.destroy();
+    outgoing.end(inMemory);
+    return;
+  }
   const stop = () => {
     if (!stream.readableEnded && !stream.destroyed) stream.destroy();
   };

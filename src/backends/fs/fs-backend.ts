@@ -1,8 +1,8 @@
 import { join } from "node:path";
-import { Readable } from "node:stream";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName } from "../../core/key-rules.js";
+import { memoryBody } from "../../core/memory-body.js";
 import { type EmbeddedDb, type EmbeddedDomain, embeddedDomain } from "../../embedded/db.js";
 import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
@@ -219,7 +219,7 @@ export class FsBackend implements StorageBackend {
       if (row.blob === null) {
         // Inline: the bytes came with the row, in the same read.
         const data = row.inline_data ?? Buffer.alloc(0);
-        const body = bufferStream(served ? data.subarray(served.start, served.end + 1) : data);
+        const body = memoryBody(served ? data.subarray(served.start, served.end + 1) : data);
         return served ? { info, body, range: served } : { info, body };
       }
       const handle = await this.blobs.openForRead(row.blob);
@@ -268,16 +268,6 @@ export class FsBackend implements StorageBackend {
   assertOpen(): void {
     if (this.closed) throw new DomainError("ServiceUnavailable", "the fs backend is closed");
   }
-}
-
-/** A readable of bytes already in memory (an inline body), in one chunk. */
-function bufferStream(data: Buffer): Readable {
-  return new Readable({
-    read() {
-      this.push(data);
-      this.push(null);
-    },
-  });
 }
 
 function toObjectInfo(row: LiveRow): ObjectInfo {
