@@ -226,7 +226,10 @@ export class FsBackend implements StorageBackend {
       if (handle) {
         // The blob is immutable and the open descriptor keeps it readable after an unlink,
         // so the body is exactly the version described by `row`.
-        const body = handle.createReadStream(served ? { start: served.start, end: served.end } : {});
+        const body = handle.createReadStream({
+          highWaterMark: READ_CHUNK_BYTES,
+          ...(served ? { start: served.start, end: served.end } : {}),
+        });
         return served ? { info, body, range: served } : { info, body };
       }
       if (this.metadata.currentBlob(bucket, key) === row.blob || attempt >= MAX_READ_ATTEMPTS) {
@@ -269,6 +272,12 @@ export class FsBackend implements StorageBackend {
     if (this.closed) throw new DomainError("ServiceUnavailable", "the fs backend is closed");
   }
 }
+
+/**
+ * Blob files are read 256 KiB at a time (the default is 64 KiB): a quarter of the reads and of
+ * the socket writes for a large GET, for at most two such chunks held per download.
+ */
+const READ_CHUNK_BYTES = 256 * 1024;
 
 function toObjectInfo(row: LiveRow): ObjectInfo {
   const metadata = JSON.parse(row.metadata) as StoredMetadata;
