@@ -311,12 +311,13 @@ export class LeaseService {
         void this.enqueueShared(this.shared, waiter);
         return;
       }
-      if (req.waitMs === 0 && this.queue.aheadOf(waiter)) {
+      if (this.queue.aheadOf(waiter)) {
         // Earlier waiters come first; one that will not wait does not jump the queue.
-        void this.giveUp(waiter);
+        if (req.waitMs === 0) void this.giveUp(waiter);
         return;
       }
-      this.wake((w) => w === waiter);
+      // First in line for its resource: it tries at once (the heads need not be listed for that).
+      void this.attempt(waiter);
     });
   }
 
@@ -452,6 +453,8 @@ export class LeaseService {
   private scheduleExpiryWake(): void {
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
     this.expiryTimer = undefined;
+    // Nobody waits for a holder (the common case): nothing to list.
+    if (!this.queue.all().some((w) => w.heldBy !== null)) return;
     let first = Number.POSITIVE_INFINITY;
     for (const w of this.heads()) if (w.heldBy) first = Math.min(first, w.heldBy.expiresAt);
     if (first === Number.POSITIVE_INFINITY) return;
@@ -499,7 +502,10 @@ export class LeaseService {
           this.queue.remove(w);
           // Those now first in line wait for this lease: its expiry is their wake-up time (the
           // shared queue tells them itself, in the grant's step).
-          for (const x of this.shared ? [] : this.queue.heads()) {
+          const behind = this.shared
+            ? []
+            : this.queue.all().filter((x) => overlaps(x.resource, result.lease));
+          for (const x of behind.length > 0 ? this.queue.heads() : []) {
             if (x.heldBy === null && overlaps(x.resource, result.lease)) x.heldBy = result.lease;
           }
           // Expiries this grant saw are recorded before it, in token order.

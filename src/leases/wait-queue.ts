@@ -50,12 +50,35 @@ export class WaitQueue<W extends Waiter> {
     return this.waiters.includes(waiter);
   }
 
-  /** The waiters that may try now: none ahead of them in the queue overlaps their resource. */
+  /**
+   * The waiters that may try now: none ahead of them in the queue overlaps their resource. One
+   * pass, not a scan of the queue per waiter: a key waiter is blocked by an earlier waiter on the
+   * same key (a set) or by an earlier prefix waiter over it (a list, short in practice); a prefix
+   * waiter by an earlier overlapping prefix or an earlier key under it. With every request in
+   * flight passing through the queue, a thousand concurrent acquires would otherwise cost a
+   * million overlap checks each time the heads are asked for.
+   */
   heads(): W[] {
     const heads: W[] = [];
-    for (let i = 0; i < this.waiters.length; i++) {
-      const w = this.waiters[i]!;
-      if (this.aheadOf(w) === null) heads.push(w);
+    const keys = new Set<string>();
+    const keysByBucket = new Map<string, string[]>();
+    const prefixes: LeaseResource[] = [];
+    for (const w of this.waiters) {
+      const r = w.resource;
+      let blocked = prefixes.some((p) => overlaps(p, r));
+      if (!blocked) {
+        blocked =
+          r.key !== undefined
+            ? keys.has(`${r.bucket}\u0000${r.key}`)
+            : (keysByBucket.get(r.bucket) ?? []).some((k) => k.startsWith(r.prefix));
+      }
+      if (!blocked) heads.push(w);
+      if (r.key !== undefined) {
+        keys.add(`${r.bucket}\u0000${r.key}`);
+        const bucketKeys = keysByBucket.get(r.bucket);
+        if (bucketKeys) bucketKeys.push(r.key);
+        else keysByBucket.set(r.bucket, [r.key]);
+      } else prefixes.push(r);
     }
     return heads;
   }
