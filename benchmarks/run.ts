@@ -3,7 +3,7 @@
  * its baseline from the same run (medians of alternating rounds where the figure is a rate).
  * Sized to finish in under 10 minutes on a 2-core machine. `npm run bench`.
  *
- *   npx tsx benchmarks/run.ts [--quick] [--only leases,put-get,growth,memory,streaming,audit-redis] [--out file.md]
+ *   npx tsx benchmarks/run.ts [--quick] [--only leases,lease-concurrency,put-get,growth,memory,streaming,audit-redis] [--out file.md]
  *
  * --quick shortens every benchmark (one round, smaller states) to check that the suite runs.
  */
@@ -12,6 +12,7 @@ import { cpus, loadavg, totalmem } from "node:os";
 import { parseArgs } from "node:util";
 import { auditRedisBench } from "./audit-redis.js";
 import { growthBench } from "./growth.js";
+import { leaseConcurrencyBench } from "./lease-concurrency.js";
 import { leaseBench } from "./leases.js";
 import { type Row, table } from "./lib/report.js";
 import { memoryBench } from "./memory.js";
@@ -30,6 +31,10 @@ const only = values.only ? new Set(values.only.split(",")) : null;
 
 const suites: Array<[string, () => Promise<Row[]>]> = [
   ["leases", () => leaseBench({ seconds: quick ? 1 : 3, rounds: quick ? 1 : 3, concurrency: 16 })],
+  [
+    "lease-concurrency",
+    () => leaseConcurrencyBench({ seconds: quick ? 0.5 : 2, rounds: quick ? 1 : 3, callers: [256, 1024] }),
+  ],
   [
     "put-get",
     () =>
