@@ -7,13 +7,13 @@ import { pipeline } from "node:stream/promises";
 import { Md5Thread } from "../../core/md5-thread.js";
 import { DirSyncer, syncDir } from "./dir-sync.js";
 
-/** A body written in full and durably, under its final name, not yet referenced by any row. */
 /**
  * How much of a body may wait for the file while a write is in flight: the chunks that arrive
  * meanwhile go down in one writev, and the socket keeps being read while the disk works.
  */
 const WRITE_BUFFER_BYTES = 512 * 1024;
 
+/** A body written in full and durably, under its final name, not yet referenced by any row. */
 export type StoredBlob = { id: string; size: number; md5Hex: string };
 
 /** New blobs go to one shard for this many writes, so that concurrent writes share dir fsyncs. */

@@ -1,15 +1,6 @@
 import { PRELUDE } from "./prelude.js";
 
 /**
- * Commit intents (src/fence/commit.ts): the check that a write's lease is current and the record
- * of the write, in one script, so that no grant can land between them.
- *
- * ARGV[3..8]: intent id, kind ('fenced' | 'unfenced'), bucket, key, lease id, token.
- * Answers {'ok', ceiling}, {'epoch'} while the floor is unknown, or
- * {'refused', now, lease, newer, covering} with the facts the refusal rests on (empty when
- * absent), from which the store builds the same error as every other store (judgeIntent).
- */
-/**
  * The two halves of a begin-commit script that one Redis and each Redlock instance share:
  * `fenced_intent_refusal` answers the refusal of a fenced write whose lease is not current (nil
  * when it is), `file_intent` records the intent by object, so that a grant finds the intents under
@@ -41,6 +32,15 @@ local function file_intent(intent_id, kind, b, key, lid, tok, now)
 end
 `;
 
+/**
+ * Commit intents (src/fence/commit.ts): the check that a write's lease is current and the record
+ * of the write, in one script, so that no grant can land between them.
+ *
+ * ARGV[3..8]: intent id, kind ('fenced' | 'unfenced'), bucket, key, lease id, token.
+ * Answers {'ok', ceiling}, {'epoch'} while the floor is unknown, or
+ * {'refused', now, lease, newer, covering} with the facts the refusal rests on (empty when
+ * absent), from which the store builds the same error as every other store (judgeIntent).
+ */
 export const BEGIN_COMMIT = `${PRELUDE}${INTENT_STEPS}
 local intent_id, kind, b, key, lid, tok = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local now = clock(true)
