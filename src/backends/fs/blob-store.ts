@@ -57,16 +57,28 @@ export class BlobStore {
     // The iteration below starts on a later tick: an error emitted before then must not go
     // unhandled (the iterator still sees it, from the stream's errored state).
     body.on("error", noop);
-    // Hashed on a worker thread (src/core/md5-thread.ts): parts are large.
+    return this.writeHashed(
+      (async function* bytes() {
+        for await (const chunk of body)
+          yield typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Buffer);
+      })(),
+    );
+  }
+
+  /**
+   * Like write, from chunks (the fs backend's body intake hands over what it held, then the
+   * rest). The MD5 (the ETag) is computed on a worker thread (src/core/md5-thread.ts); the
+   * chunks wait for it only when it falls behind.
+   */
+  async writeHashed(source: AsyncIterable<Buffer>): Promise<StoredBlob> {
     const md5 = new Md5Thread();
     let stored: { id: string; size: number };
     try {
       stored = await this.writeChunks(
         (async function* hashed() {
-          for await (const chunk of body) {
-            const bytes = typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Buffer);
-            if (!md5.update(bytes)) await md5.drained();
-            yield bytes;
+          for await (const chunk of source) {
+            if (!md5.update(chunk)) await md5.drained();
+            yield chunk;
           }
         })(),
       );
@@ -85,11 +97,10 @@ export class BlobStore {
   }
 
   /**
-   * Like write, for a caller that hashes the bytes itself (the fs backend's body intake): the
-   * chunks go to a temp file, which is fsynced, renamed to its final name, and its directory
+   * The chunks go to a temp file, which is fsynced, renamed to its final name, and its directory
    * fsynced (shared with concurrent writes into the same directory).
    */
-  async writeChunks(source: AsyncIterable<Buffer>): Promise<{ id: string; size: number }> {
+  private async writeChunks(source: AsyncIterable<Buffer>): Promise<{ id: string; size: number }> {
     const id = this.newId();
     const tmp = join(this.tmpDir, id);
     const final = this.pathOf(id);

@@ -1,6 +1,5 @@
 import { createHash } from "node:crypto";
 import type { Readable } from "node:stream";
-import { Md5Thread } from "../../core/md5-thread.js";
 import type { BlobStore } from "./blob-store.js";
 
 /**
@@ -41,43 +40,32 @@ export async function takeBody(stream: Readable, inlineMax: number, blobs: BlobS
     await iterator.return?.();
     throw e;
   }
-  // Large: what was held, then the rest as it comes, into a blob file; hashed on a worker
-  // thread (src/core/md5-thread.ts), which the intake waits for only when it falls behind.
-  const md5 = new Md5Thread();
-  let id: string;
+  // Large: what was held, then the rest as it comes, into a blob file (hashed on its way there).
   try {
-    ({ id } = await blobs.writeChunks(
+    const {
+      id,
+      size: total,
+      md5Hex,
+    } = await blobs.writeHashed(
       (async function* rest() {
-        for (const chunk of held) md5.update(chunk);
         yield* held.splice(0);
         try {
           for (;;) {
             const next = await iterator.next();
             if (next.done) return;
-            const chunk = toBuffer(next.value);
-            size += chunk.length;
-            if (!md5.update(chunk)) await md5.drained();
-            yield chunk;
+            yield toBuffer(next.value);
           }
         } finally {
           await iterator.return?.();
         }
       })(),
-    ));
+    );
+    return { blob: id, size: total, md5Hex };
   } catch (e) {
-    md5.cancel();
     // The file could fail before the generator ever ran: the body must not stay half-read.
     await iterator.return?.();
     throw e;
   }
-  let md5Hex: string;
-  try {
-    md5Hex = await md5.digest();
-  } catch (e) {
-    await blobs.remove(id);
-    throw e;
-  }
-  return { blob: id, size, md5Hex };
 }
 
 const toBuffer = (chunk: Buffer | string): Buffer => (typeof chunk === "string" ? Buffer.from(chunk) : chunk);
