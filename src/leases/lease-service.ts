@@ -54,8 +54,11 @@ type PendingAcquire = Waiter & {
   reject(error: unknown): void;
   /** A tryAcquire for it is under way. */
   trying: boolean;
-  /** Woken while trying: if the attempt finds the resource held, it tries once more. */
-  again: boolean;
+  /**
+   * Wake-ups that came while it was trying: asked again once the attempt has answered (with the
+   * holder it saw), so that one that still picks it makes it try once more.
+   */
+  wokenWhileTrying: Array<(w: PendingAcquire) => boolean>;
   timedOut: boolean;
   aborted: boolean;
   /** Undoes its timer and abort listener once it is answered. */
@@ -289,7 +292,7 @@ export class LeaseService {
         resolve,
         reject,
         trying: false,
-        again: false,
+        wokenWhileTrying: [],
         timedOut: false,
         aborted: false,
         cleanup: [],
@@ -432,15 +435,14 @@ export class LeaseService {
    * Tries the waiters at the head of their resource's queue that `filter` picks. Heads never
    * overlap one another, so their attempts run side by side (each is one atomic step of the
    * store, which checks for overlapping leases itself): a grant on one key does not wait for the
-   * fsync of a grant on another. A head already trying is marked to try once more when its
-   * attempt finds the resource held: what woke it may have ended that holder after the attempt
-   * read it.
+   * fsync of a grant on another. A head already trying keeps the wake-up and asks it once its
+   * attempt has found the resource held (what woke it may have ended that holder after the
+   * attempt read it); asked now, it would judge by the state before the attempt's answer.
    */
   private wake(filter: (w: PendingAcquire) => boolean): void {
     for (const w of this.heads()) {
-      if (!filter(w)) continue;
-      if (w.trying) w.again = true;
-      else void this.attempt(w);
+      if (w.trying) w.wokenWhileTrying.push(filter);
+      else if (filter(w)) void this.attempt(w);
     }
     this.scheduleExpiryWake();
   }
@@ -481,7 +483,7 @@ export class LeaseService {
     w.trying = true;
     try {
       for (;;) {
-        w.again = false;
+        w.wokenWhileTrying = [];
         const event = this.event("LeaseAcquired", caller);
         const input = {
           resource: req.resource,
@@ -494,7 +496,7 @@ export class LeaseService {
           ? await this.shared.tryAcquireAsHead(w.ticket, input, event.context)
           : await this.opts.store.tryAcquire(input, event.hook, event.context);
         if ("behind" in result) {
-          if (w.again) continue;
+          if (wokenAgain(w)) continue;
           w.head = false;
           break;
         }
@@ -502,11 +504,11 @@ export class LeaseService {
           this.queue.remove(w);
           // Those now first in line wait for this lease: its expiry is their wake-up time (the
           // shared queue tells them itself, in the grant's step).
-          const behind = this.shared
-            ? []
-            : this.queue.all().filter((x) => overlaps(x.resource, result.lease));
-          for (const x of behind.length > 0 ? this.queue.heads() : []) {
-            if (x.heldBy === null && overlaps(x.resource, result.lease)) x.heldBy = result.lease;
+          // (The heads are listed only when some waiter overlaps the lease at all.)
+          const overlapping = (x: PendingAcquire) => overlaps(x.resource, result.lease);
+          if (!this.shared && this.queue.all().some(overlapping)) {
+            for (const x of this.queue.heads())
+              if (x.heldBy === null && overlapping(x)) x.heldBy = result.lease;
           }
           // Expiries this grant saw are recorded before it, in token order.
           for (const lapsed of result.expired ?? []) await event.recordIfNotYet(lapsed, "LeaseExpired");
@@ -524,7 +526,7 @@ export class LeaseService {
           continue;
         }
         w.heldBy = result.heldBy;
-        if (w.again) continue;
+        if (wokenAgain(w)) continue;
         break;
       }
     } catch (e) {
@@ -846,6 +848,9 @@ function accessDenied(message: string): DomainError {
  * waits for its holder's end, not for this.
  */
 const newHeads = (w: { heldBy: LeaseRecord | null }): boolean => w.heldBy === null;
+
+/** Whether a wake-up that came during the waiter's attempt still picks it, now that it answered. */
+const wokenAgain = (w: PendingAcquire): boolean => w.wokenWhileTrying.some((wake) => wake(w));
 
 /** The answer to a request whose client went away; nobody receives it. */
 function gone(): DomainError {

@@ -227,6 +227,26 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
       expect(attempts).toBe(3);
     });
 
+    it("a waiter leaving while the head's attempt is in flight does not make the head try twice", async () => {
+      const resource = { bucket: "b", key: "k" };
+      await acquire(resource, 0, "holder");
+      const open = holdAttempts();
+      const head = track(acquire(resource, 30_000, "head"));
+      await until(() => attempts === 2, "the head's attempt");
+      // A waiter behind it goes away: those first in line are woken, the head among them, while
+      // its attempt (which will find the holder) has not answered yet.
+      const leaving = new AbortController();
+      const behind = track(acquire(resource, 30_000, "behind", leaving.signal));
+      leaving.abort();
+      await until(() => behind.error !== undefined, "the leaving waiter's answer");
+      open();
+      await new Promise((r) => setTimeout(r, 200));
+      // The holder is still there: one attempt, not a second one for a wake-up that no longer applies.
+      expect(attempts).toBe(2);
+      expect(head.lease).toBeUndefined();
+      expect(head.error).toBeUndefined();
+    });
+
     it("pools: workers settle on fair shares of the groups, one owner per group, each group lease covering its keys", async () => {
       const pools = new Pools(service, { p: { bucket: "b", prefix: "g/", groups: 8 } });
       const settle = async (workers: string[]) => {
