@@ -1,8 +1,8 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import Database from "better-sqlite3";
+import { Database } from "./sqlite.js";
 
-export type EmbeddedDb = Database.Database;
+export type EmbeddedDb = Database;
 
 export type OpenEmbeddedDbOptions = {
   dataDir: string;

@@ -1,5 +1,5 @@
-import Database from "better-sqlite3";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Database } from "../../src/embedded/sqlite.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
 import { expectS3Error, objectPath, type RawResponse, signedRequest } from "../support/signed-http.js";
 

@@ -6,10 +6,10 @@
 // grant that failed inside a batch leaves no lease and does not disturb the others of its batch.
 
 import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
-import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type Lease, LeaseApiError } from "../../src/client/lease-client.js";
 import { EmbeddedDomain } from "../../src/embedded/db.js";
+import { Database } from "../../src/embedded/sqlite.js";
 import { md5Hex } from "../support/digest.js";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
 import { allAuditRecords, outcomeOfError, quietLogger } from "../support/safety-helpers.js";

@@ -1,0 +1,46 @@
+import { spawnSync } from "node:child_process";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { describe, expect, it } from "vitest";
+import { SQLITE_DRIVER } from "../../src/embedded/sqlite.js";
+import { ROOT } from "../support/gateway.js";
+
+/**
+ * The embedded database driver on the Node that runs the tests (CI runs them on each supported
+ * Node): better-sqlite3 12 aborts the process on Node 24.19 and later as soon as the garbage
+ * collector finalizes a statement; 13 cannot be loaded before Node 22.14.
+ */
+describe("the embedded database driver", () => {
+  it("is the build this Node can load: Node-API 10 or later takes the Node-API build", () => {
+    const napi = Number(process.versions.napi);
+    expect(SQLITE_DRIVER).toBe(napi >= 10 ? "better-sqlite3-napi" : "better-sqlite3");
+  });
+
+  it("survives the garbage collector finalizing statements while the process keeps working", () => {
+    // Statements prepared and dropped on timers, as a gateway's queries are: the collector
+    // finalizes them from its own tasks, which is where the wrong build aborts.
+    const script = `
+      const { Database } = await import(${JSON.stringify(pathToFileURL(join(ROOT, "src/embedded/sqlite.ts")).href)});
+      const db = new Database(":memory:");
+      db.exec("CREATE TABLE t (a INTEGER)");
+      let n = 0;
+      const timer = setInterval(() => {
+        for (let i = 0; i < 2000; i++) db.prepare("SELECT " + (n++ % 50) + " FROM t").all();
+      }, 1);
+      await new Promise((r) => setTimeout(r, 2500));
+      clearInterval(timer);
+      await new Promise((r) => setTimeout(r, 500));
+      db.close();
+      console.log("prepared " + n);
+    `;
+    const run = spawnSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script], {
+      cwd: ROOT,
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    expect(run.stderr).not.toMatch(/Assertion failed/);
+    expect({ status: run.status, signal: run.signal }).toEqual({ status: 0, signal: null });
+    // Enough statements that the collector has run many times.
+    expect(Number(/prepared (\d+)/.exec(run.stdout)?.[1])).toBeGreaterThan(50_000);
+  }, 60_000);
+});
