@@ -1,14 +1,31 @@
 import { execFile } from "node:child_process";
-import { readdirSync, writeFileSync } from "node:fs";
+import { createHash, randomBytes } from "node:crypto";
+import { readdirSync, symlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import {
+  CreateBucketCommand,
+  GetObjectCommand,
+  PutObjectCommand,
+  type S3ServiceException,
+} from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CREDENTIALS, ROOT, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+import { FenceClient } from "../../src/client/index.js";
+import {
+  CREDENTIALS,
+  ROOT,
+  s3Client,
+  spawnGateway,
+  startTestGateway,
+  type TestGateway,
+  tempDir,
+} from "../support/gateway.js";
 
 /**
  * fencegate/client as a user's project gets it: `npm pack` (which builds through `prepack`),
  * a new project that installs the tarball, and a plain `import("fencegate/client")` in Node,
- * used against a gateway this test starts.
+ * used against a gateway this test starts. And the gateway as the Docker image runs it: the
+ * packed files (bin/, config/, the compiled dist/) with the project's dependencies.
  */
 
 const exec = promisify(execFile);
@@ -185,4 +202,60 @@ describe("the packed package", () => {
       120_000,
     );
   });
+});
+
+describe("the packed gateway, run from its compiled dist/ as the image runs it", () => {
+  it("serves leases, fenced writes with their MD5 ETags, reads and the audit log", async () => {
+    const unpacked = tempDir("fencegate-unpacked-");
+    const data = tempDir("fencegate-unpacked-data-");
+    let gateway: Awaited<ReturnType<typeof spawnGateway>> | undefined;
+    try {
+      const tarball = readdirSync(packDir.path).find((f) => f.endsWith(".tgz"))!;
+      await run("tar", ["-xzf", join(packDir.path, tarball), "-C", unpacked.path], unpacked.path);
+      const pkg = join(unpacked.path, "package");
+      // The image installs the production dependencies next to the files; these are a superset.
+      symlinkSync(join(ROOT, "node_modules"), join(pkg, "node_modules"), "dir");
+      gateway = await spawnGateway(data.path, {}, { entry: join(pkg, "bin/fencegate.js") });
+
+      const fence = new FenceClient({ endpoint: gateway.url, ...CREDENTIALS });
+      const s3 = s3Client(gateway.url);
+      await s3.send(new CreateBucketCommand({ Bucket: "image" }));
+      // Large enough to go through the MD5 worker thread and the file store, not the inline path.
+      const body = randomBytes(3 * 1024 * 1024 + 5);
+      const first = await fence.acquire({ bucket: "image", key: "big.bin", ttlMs: 10_000 });
+      await fence.release(first.leaseId);
+      const second = await fence.acquire({ bucket: "image", key: "big.bin", ttlMs: 10_000 });
+      const put = await s3.send(
+        new PutObjectCommand({
+          Bucket: "image",
+          Key: "big.bin",
+          Body: body,
+          Metadata: { "fence-token": second.fencingToken },
+        }),
+      );
+      expect(put.ETag).toBe(`"${createHash("md5").update(body).digest("hex")}"`);
+      const stale = await s3
+        .send(
+          new PutObjectCommand({
+            Bucket: "image",
+            Key: "big.bin",
+            Body: "late",
+            Metadata: { "fence-token": first.fencingToken },
+          }),
+        )
+        .catch((e: S3ServiceException) => e);
+      expect((stale as S3ServiceException).name).toBe("StaleFencingToken");
+      const got = await s3.send(new GetObjectCommand({ Bucket: "image", Key: "big.bin" }));
+      expect(Buffer.from(await got.Body!.transformToByteArray()).equals(body)).toBe(true);
+      const { records } = await fence.audit({ bucket: "image", op: "PutObject" });
+      expect(records.map((r) => [r.decision, r.token, r.reason])).toEqual([
+        ["accepted", second.token, null],
+        ["rejected", first.token, "StaleFencingToken"],
+      ]);
+    } finally {
+      await gateway?.kill();
+      data.cleanup();
+      unpacked.cleanup();
+    }
+  }, 120_000);
 });

@@ -123,16 +123,18 @@ export type GatewayProcess = {
  * A gateway in its own process (for SIGSTOP, kill -9 and restarts), on port 0 of 127.0.0.1.
  * The URL is read from the "fencegate listening on URL" line it prints; it is ready when its
  * health endpoint answers 200. Rejects, with the process's output, when it exits first or is
- * not healthy within `timeoutMs`.
+ * not healthy within `timeoutMs`. `entry`: the script to run instead of the sources (it is given
+ * `serve`), e.g. the bin/fencegate.js of a packed copy that runs the compiled dist/.
  */
 export async function spawnGateway(
   dataDir: string,
   env: Record<string, string> = {},
-  opts: { timeoutMs?: number } = {},
+  opts: { timeoutMs?: number; entry?: string } = {},
 ): Promise<GatewayProcess> {
   const timeoutMs = opts.timeoutMs ?? 30_000;
   const started = Date.now();
-  const child = spawn(process.execPath, ["--import", "tsx", join(ROOT, "src/cli/main.ts"), "serve"], {
+  const script = opts.entry ? [opts.entry] : ["--import", "tsx", join(ROOT, "src/cli/main.ts")];
+  const child = spawn(process.execPath, [...script, "serve"], {
     cwd: ROOT,
     env: {
       ...process.env,
