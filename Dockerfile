@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
-# Build stage: compile TypeScript. The image's Node 22 loads better-sqlite3's prebuilt Node-API
-# build (better-sqlite3-napi); the toolchain serves npm's attempt at the optional better-sqlite3 12
-# (for Node before 22.14), which does not fail the build if it fails.
+# Build stage: compile TypeScript and install the native modules. Node 22 runs better-sqlite3 12
+# (compiled here when no prebuilt binary is found); better-sqlite3-napi (13, prebuilt) is its
+# fallback and what Node 24 would run (src/embedded/sqlite.ts).
 FROM node:22-bookworm-slim AS build
 RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*

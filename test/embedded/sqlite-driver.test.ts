@@ -2,18 +2,27 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
-import { SQLITE_DRIVER } from "../../src/embedded/sqlite.js";
+import { SQLITE_DRIVER, sqliteDriverCandidates } from "../../src/embedded/sqlite.js";
 import { ROOT } from "../support/gateway.js";
 
 /**
- * The embedded database driver on the Node that runs the tests (CI runs them on each supported
- * Node): better-sqlite3 12 aborts the process on Node 24.19 and later as soon as the garbage
- * collector finalizes a statement; 13 cannot be loaded before Node 22.14.
+ * The embedded database driver on the Node that runs the tests: better-sqlite3 12 aborts the
+ * process on Node 24.19 and later as soon as the garbage collector finalizes a statement; 13
+ * cannot be loaded before Node 22.14.
  */
 describe("the embedded database driver", () => {
-  it("is the build this Node can load: Node-API 10 or later takes the Node-API build", () => {
-    const napi = Number(process.versions.napi);
-    expect(SQLITE_DRIVER).toBe(napi >= 10 ? "better-sqlite3-napi" : "better-sqlite3");
+  it("is 12 up to Node 22, 13 (Node-API 10) after it, 13 on Node 22.14+ only where 12 is missing", () => {
+    expect(sqliteDriverCandidates(20, 9)).toEqual(["better-sqlite3"]);
+    expect(sqliteDriverCandidates(22, 9)).toEqual(["better-sqlite3"]);
+    expect(sqliteDriverCandidates(22, 10)).toEqual(["better-sqlite3", "better-sqlite3-napi"]);
+    expect(sqliteDriverCandidates(24, 10)).toEqual(["better-sqlite3-napi"]);
+    expect(sqliteDriverCandidates(26, 11)).toEqual(["better-sqlite3-napi"]);
+    // Both are installed here: the running Node gets its first choice.
+    const here = sqliteDriverCandidates(
+      Number(process.versions.node.split(".")[0]),
+      Number(process.versions.napi),
+    );
+    expect(SQLITE_DRIVER).toBe(here[0]);
   });
 
   it("survives the garbage collector finalizing statements while the process keeps working", () => {
