@@ -23,10 +23,11 @@ function collector(): () => void {
 
 /**
  * Peak memory growth of this process from now until stop(): RSS sampled every 10 ms, retained
- * memory every 100 ms. A body held whole shows in both. RSS alone also holds garbage not yet
- * collected and memory the allocator keeps after it was freed, and how much depends on the Node
- * version: on Node 24 the same 100 MiB stream grows RSS and uncollected heap by 20 to 40 MiB more
- * than on Node 20 or 22.
+ * memory every 100 ms. A body held whole shows in both. Without collections RSS also holds
+ * garbage the collector has not come to yet, and how much depends on the Node version: on Node
+ * 24 the same 100 MiB stream grew RSS and uncollected heap by 20 to 40 MiB more than on Node 20
+ * or 22. The collections every 100 ms keep that garbage from piling up, so the RSS figure here is
+ * what the transfer holds plus what the allocator keeps after it was freed.
  */
 export function memorySampler(): { stop(): MemoryGrowth } {
   const gc = collector();
