@@ -4,6 +4,10 @@
  * gateway's CPU time per pair next to its CPU time per health GET (what each costs the gateway,
  * less sensitive to other load on the machine than the rates).
  *
+ * Beside them, the ceiling of any lease pair: pairs of signed GETs of a live lease. They are the
+ * same two signed lease API calls, authenticated and answered with the lease, with none of the
+ * grant, release, audit records or commits; a lease pair cannot go faster than they do.
+ *
  *   npx tsx benchmarks/leases.ts [--seconds 4] [--rounds 3]
  */
 import { mkdtempSync, rmSync } from "node:fs";
@@ -30,6 +34,12 @@ export async function leasePair(gw: Endpoint, client: number, n: number): Promis
   await gw.ok({ method: "DELETE", path: `/_fence/v1/leases/${leaseId}` });
 }
 
+/** Two signed reads of a live lease: the lease API's own cost for two calls, without the lease work. */
+async function readPair(gw: Endpoint, leaseId: string): Promise<void> {
+  await gw.ok({ method: "GET", path: `/_fence/v1/leases/${leaseId}` });
+  await gw.ok({ method: "GET", path: `/_fence/v1/leases/${leaseId}` });
+}
+
 export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
   const dir = mkdtempSync(join(tmpdir(), "fencegate-bench-leases-"));
   const fg = await startFencegate(join(dir, "fg"));
@@ -38,17 +48,32 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
   const hello = new Endpoint("hono", hono.url, FENCEGATE_CREDS, opts.concurrency);
   try {
     await gw.ok({ method: "PUT", path: "/bench" });
+    // One long lease per client for the signed reads.
+    const readIds: string[] = [];
+    for (let client = 0; client < opts.concurrency; client++) {
+      const body = Buffer.from(JSON.stringify({ bucket: "bench", key: `read/${client}`, ttlMs: 3_600_000 }));
+      const { body: answer } = await gw.ok({
+        method: "POST",
+        path: "/_fence/v1/leases",
+        headers: { "content-type": "application/json" },
+        body,
+      });
+      readIds.push((JSON.parse(answer.toString()) as { leaseId: string }).leaseId);
+    }
     // Warm both servers (JIT, prepared statements) before anything is measured.
     await closedLoop(opts.concurrency, 1, (c, n) => leasePair(gw, c, n));
     await closedLoop(opts.concurrency, 0.5, () => hello.ok({ method: "GET", path: "/" }));
     // The gateway's CPU time per operation, over all rounds: what a pair costs it next to what a
     // health GET costs it, whatever else the machine is doing.
-    const cpu = { pairs: { ms: 0, ops: 0 }, health: { ms: 0, ops: 0 } };
-    const results = await alternate(["pairs", "health", "hono"] as const, opts.rounds, async (target) => {
+    const cpu = { pairs: { ms: 0, ops: 0 }, reads: { ms: 0, ops: 0 }, health: { ms: 0, ops: 0 } };
+    const targets = ["pairs", "reads", "health", "hono"] as const;
+    const results = await alternate(targets, opts.rounds, async (target) => {
       const before = cpuMsOf(fg.pid);
       let rate: Awaited<ReturnType<typeof closedLoop>>;
       if (target === "pairs") {
         rate = await closedLoop(opts.concurrency, opts.seconds, (c, n) => leasePair(gw, c, n));
+      } else if (target === "reads") {
+        rate = await closedLoop(opts.concurrency, opts.seconds, (c) => readPair(gw, readIds[c]!));
       } else {
         const ep = target === "health" ? gw : hello;
         const path = target === "health" ? "/_fence/v1/health" : "/";
@@ -79,6 +104,27 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
       {
         name: "gateway CPU time per lease acquire+release pair",
         value: cpu.pairs.ms / cpu.pairs.ops,
+        unit: "ms",
+        baselineName: "per health GET",
+        baseline: cpu.health.ms / cpu.health.ops,
+      },
+      {
+        name: "ceiling: pairs of signed lease GETs",
+        value: results.reads.median,
+        unit: "pairs/s",
+        baselineName: "gateway health GET/s",
+        baseline: results.health.median,
+      },
+      {
+        name: "lease acquire+release",
+        value: results.pairs.median,
+        unit: "pairs/s",
+        baselineName: "pairs of signed lease GETs/s",
+        baseline: results.reads.median,
+      },
+      {
+        name: "gateway CPU time per pair of signed lease GETs",
+        value: cpu.reads.ms / cpu.reads.ops,
         unit: "ms",
         baselineName: "per health GET",
         baseline: cpu.health.ms / cpu.health.ops,
