@@ -20,12 +20,16 @@ export function sqliteDriverCandidates(nodeMajor: number, napiVersion: number): 
   return napiVersion >= 10 ? ["better-sqlite3", "better-sqlite3-napi"] : ["better-sqlite3"];
 }
 
+/** What to do when no driver loads: a Node without Node-API 10 can only run 12, which must be built. */
+export function sqliteDriverAdvice(napiVersion: number): string {
+  const rebuild = "Run npm ci again with a C++ toolchain (python3, make, g++) at hand";
+  return napiVersion >= 10 ? rebuild : `${rebuild}, or use Node 22.14 or later`;
+}
+
 function load(): { name: string; driver: typeof BetterSqlite3 } {
   const require = createRequire(import.meta.url);
-  const candidates = sqliteDriverCandidates(
-    Number(process.versions.node.split(".")[0]),
-    Number(process.versions.napi ?? 0),
-  );
+  const napiVersion = Number(process.versions.napi ?? 0);
+  const candidates = sqliteDriverCandidates(Number(process.versions.node.split(".")[0]), napiVersion);
   const failures: string[] = [];
   for (const name of candidates) {
     try {
@@ -39,8 +43,7 @@ function load(): { name: string; driver: typeof BetterSqlite3 } {
   }
   throw new Error(
     `no embedded database driver could be loaded on Node ${process.version} (Node-API ` +
-      `${process.versions.napi}): ${failures.join("; ")}. Run npm ci again with a C++ toolchain ` +
-      "(python3, make, g++) at hand, or use Node 22.14 or later",
+      `${process.versions.napi}): ${failures.join("; ")}. ${sqliteDriverAdvice(napiVersion)}`,
   );
 }
 

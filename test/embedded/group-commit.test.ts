@@ -146,7 +146,9 @@ describe("EmbeddedDomain group commit", () => {
     db.exec(`CREATE TABLE log (id INTEGER PRIMARY KEY, ${columns.map((c) => `${c} INTEGER`).join(", ")})`);
     for (const c of columns) db.exec(`CREATE INDEX log_${c} ON log (${c}, id)`);
     const bump = db.prepare("UPDATE hot SET n = n + 1 WHERE id = 1");
-    const add = db.prepare(`INSERT INTO log (${columns.join(", ")}) VALUES (${columns.map(() => "1").join(", ")})`);
+    const add = db.prepare(
+      `INSERT INTO log (${columns.join(", ")}) VALUES (${columns.map(() => "1").join(", ")})`,
+    );
     const batch = () =>
       Promise.all(
         Array.from({ length: 100 }, () =>
@@ -160,7 +162,7 @@ describe("EmbeddedDomain group commit", () => {
     const written = () => Number(/^wchar: (\d+)$/m.exec(readFileSync("/proc/self/io", "utf8"))![1]);
     const before = written();
     for (let round = 0; round < 5; round++) await batch();
-    const perStep = (written() - before) / 500
+    const perStep = (written() - before) / 500;
     // The batch's WAL frames, shared by its steps: well under 4 KiB a step. A statement journal on
     // disk adds about 80 KiB to every step.
     expect(perStep).toBeLessThan(8_192);

@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
-import { SQLITE_DRIVER, sqliteDriverCandidates } from "../../src/embedded/sqlite.js";
+import { SQLITE_DRIVER, sqliteDriverAdvice, sqliteDriverCandidates } from "../../src/embedded/sqlite.js";
 import { ROOT } from "../support/gateway.js";
 
 /**
@@ -23,6 +23,12 @@ describe("the embedded database driver", () => {
       Number(process.versions.napi),
     );
     expect(SQLITE_DRIVER).toBe(here[0]);
+  });
+
+  it("suggests a newer Node only to a Node that cannot load 13", () => {
+    expect(sqliteDriverAdvice(9)).toMatch(/C\+\+ toolchain.*or use Node 22\.14 or later$/);
+    expect(sqliteDriverAdvice(10)).toMatch(/C\+\+ toolchain/);
+    expect(sqliteDriverAdvice(10)).not.toMatch(/Node 22/);
   });
 
   it("survives the garbage collector finalizing statements while the process keeps working", () => {
