@@ -85,6 +85,13 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
       }
       return rate.perSecond;
     });
+    const perHealthGet = (name: string, spent: { ms: number; ops: number }): Row => ({
+      name,
+      value: spent.ms / spent.ops,
+      unit: "ms",
+      baselineName: "per health GET",
+      baseline: cpu.health.ms / cpu.health.ops,
+    });
     return [
       {
         name: "lease acquire+release",
@@ -101,13 +108,7 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
         baselineName: "Hono hello-world GET/s",
         baseline: results.hono.median,
       },
-      {
-        name: "gateway CPU time per lease acquire+release pair",
-        value: cpu.pairs.ms / cpu.pairs.ops,
-        unit: "ms",
-        baselineName: "per health GET",
-        baseline: cpu.health.ms / cpu.health.ops,
-      },
+      perHealthGet("gateway CPU time per lease acquire+release pair", cpu.pairs),
       {
         name: "ceiling: pairs of signed lease GETs",
         value: results.reads.median,
@@ -122,13 +123,7 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
         baselineName: "pairs of signed lease GETs/s",
         baseline: results.reads.median,
       },
-      {
-        name: "gateway CPU time per pair of signed lease GETs",
-        value: cpu.reads.ms / cpu.reads.ops,
-        unit: "ms",
-        baselineName: "per health GET",
-        baseline: cpu.health.ms / cpu.health.ops,
-      },
+      perHealthGet("gateway CPU time per pair of signed lease GETs", cpu.reads),
     ];
   } finally {
     gw.close();
