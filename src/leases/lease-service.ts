@@ -339,15 +339,13 @@ export class LeaseService {
     if (!this.queue.has(w)) return void this.afterLeave(w);
     this.keepTicketsAlive(shared);
     if (first) w.head = true;
-    // Earlier waiters come first; one that will not wait does not jump the queue. Nor does it
-    // wait for a holder: a notice that it is now first behind one (the grant of the ticket that
-    // was ahead of it) can arrive before this answer, and it has no deadline to end that wait.
-    if (w.req.waitMs === 0 && !w.trying && (!w.head || w.heldBy !== null)) {
-      void this.giveUp(w);
+    if (!w.head) {
+      // Earlier waiters come first; one that will not wait does not jump the queue.
+      if (w.req.waitMs === 0) void this.giveUp(w);
       return;
     }
-    if (!w.head) return;
-    // (A wake-up that named it before this answer came has made it try already.)
+    // (A wake-up that named it before this answer came has made it try already; a notice that
+    // it is first behind a holder has made one that will not wait give up: see onNotice.)
     if (!w.trying && w.heldBy === null) this.wake((x) => x === w);
   }
 
@@ -387,7 +385,9 @@ export class LeaseService {
     for (const w of mine) w.head = true;
     if (notice.kind === "held") {
       // They wait for the new holder: its expiry is their wake-up time. A request that will not
-      // wait gives up instead (unless an attempt of its own is under way and will decide).
+      // wait gives up instead (unless an attempt of its own is under way and will decide): it
+      // has no deadline to end that wait. The notice can come before the answer to its ticket's
+      // enqueue (another Redis connection), so this is the one place that sees it in time.
       for (const w of mine) if (w.heldBy === null) w.heldBy = notice.lease;
       for (const w of mine) if (w.req.waitMs === 0 && !w.trying) void this.giveUp(w);
       this.scheduleExpiryWake();
