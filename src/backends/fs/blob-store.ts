@@ -59,8 +59,7 @@ export class BlobStore {
     body.on("error", noop);
     return this.writeHashed(
       (async function* bytes() {
-        for await (const chunk of body)
-          yield typeof chunk === "string" ? Buffer.from(chunk) : (chunk as Buffer);
+        for await (const chunk of body) yield toBuffer(chunk as Buffer | string);
       })(),
     );
   }
@@ -203,3 +202,7 @@ export class BlobStore {
 }
 
 const noop = () => undefined;
+
+/** A body chunk as bytes (a stream in string mode yields strings, as UTF-8). */
+export const toBuffer = (chunk: Buffer | string): Buffer =>
+  typeof chunk === "string" ? Buffer.from(chunk) : chunk;

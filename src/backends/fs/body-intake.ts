@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import type { Readable } from "node:stream";
-import type { BlobStore } from "./blob-store.js";
+import { type BlobStore, toBuffer } from "./blob-store.js";
 
 /**
  * A body as the fs backend keeps it: in the object's database row when it is small, in an
@@ -67,7 +67,5 @@ export async function takeBody(stream: Readable, inlineMax: number, blobs: BlobS
     throw e;
   }
 }
-
-const toBuffer = (chunk: Buffer | string): Buffer => (typeof chunk === "string" ? Buffer.from(chunk) : chunk);
 
 const noop = () => undefined;
