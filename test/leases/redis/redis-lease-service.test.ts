@@ -19,31 +19,31 @@ import { describeLeaseServiceContract } from "../lease-service.contract.js";
 const shared = useRedisForFile();
 
 let harnesses = 0;
-describeLeaseServiceContract("the Redis store", async () => {
-  // A key prefix of its own per test: tests share nothing but the server.
-  const prefix = `{svc${++harnesses}}`;
+
+/** A store with a key prefix of its own: tests share nothing but the server. */
+async function redisStore(name: string) {
+  const prefix = `{${name}${++harnesses}}`;
   const store = createRedisLeaseStore({
     url: shared.server.url,
     keyPrefix: prefix,
     epochs: createFileEpochStore(`${shared.epochDir}/${prefix}`),
   });
   if (!(await store.ready(5_000))) throw new Error(`no connection to ${shared.server.url}`);
+  return store;
+}
+
+describeLeaseServiceContract("the Redis store", async () => {
+  const store = await redisStore("svc");
   return { store, cleanup: () => store.close() };
 });
 
 describe("LeaseService over the Redis store: a request that will not wait", () => {
   it("gives up, not waits, when it hears it is first behind a new holder before its own ticket is answered", async () => {
-    const prefix = `{nowait${++harnesses}}`;
-    const store = createRedisLeaseStore({
-      url: shared.server.url,
-      keyPrefix: prefix,
-      epochs: createFileEpochStore(`${shared.epochDir}/${prefix}`),
-    });
-    if (!(await store.ready(5_000))) throw new Error(`no connection to ${shared.server.url}`);
+    const store = await redisStore("nowait");
     try {
       const line = store.sharedWaitLine();
       const heldNamed = new Set<string>();
-      let enqueued = (_ticket: string) => {};
+      let enqueued = () => {};
       let holdBack = false;
       // The notices and the answers travel on two Redis connections: here the "held" notice
       // naming the ticket is made to arrive before the answer to its enqueue.
@@ -57,7 +57,7 @@ describe("LeaseService over the Redis store: a request that will not wait", () =
         enqueue: async (ticket, resource) => {
           const first = await line.enqueue(ticket, resource);
           if (holdBack) {
-            enqueued(ticket);
+            enqueued();
             const since = Date.now();
             while (!heldNamed.has(ticket) && Date.now() - since < 5_000) await sleep(2);
           }
