@@ -21,16 +21,20 @@ import { cpuMsOf, FENCEGATE_CREDS, startFencegate, startHonoHello } from "./lib/
 
 export type LeaseBenchOptions = { seconds: number; rounds: number; concurrency: number };
 
-/** One acquire and one release of a lease on the client's own key. */
-export async function leasePair(gw: Endpoint, client: number, n: number): Promise<void> {
-  const body = Buffer.from(JSON.stringify({ bucket: "bench", key: `c${client}/k${n % 64}`, ttlMs: 30_000 }));
+/** Acquires a lease on a key of the bench bucket through the lease API; answers its id. */
+async function acquireLease(gw: Endpoint, key: string, ttlMs: number): Promise<string> {
   const acquired = await gw.ok({
     method: "POST",
     path: "/_fence/v1/leases",
     headers: { "content-type": "application/json" },
-    body,
+    body: Buffer.from(JSON.stringify({ bucket: "bench", key, ttlMs })),
   });
-  const { leaseId } = JSON.parse(acquired.body.toString()) as { leaseId: string };
+  return (JSON.parse(acquired.body.toString()) as { leaseId: string }).leaseId;
+}
+
+/** One acquire and one release of a lease on the client's own key. */
+export async function leasePair(gw: Endpoint, client: number, n: number): Promise<void> {
+  const leaseId = await acquireLease(gw, `c${client}/k${n % 64}`, 30_000);
   await gw.ok({ method: "DELETE", path: `/_fence/v1/leases/${leaseId}` });
 }
 
@@ -51,14 +55,7 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
     // One long lease per client for the signed reads.
     const readIds: string[] = [];
     for (let client = 0; client < opts.concurrency; client++) {
-      const body = Buffer.from(JSON.stringify({ bucket: "bench", key: `read/${client}`, ttlMs: 3_600_000 }));
-      const { body: answer } = await gw.ok({
-        method: "POST",
-        path: "/_fence/v1/leases",
-        headers: { "content-type": "application/json" },
-        body,
-      });
-      readIds.push((JSON.parse(answer.toString()) as { leaseId: string }).leaseId);
+      readIds.push(await acquireLease(gw, `read/${client}`, 3_600_000));
     }
     // Warm both servers (JIT, prepared statements) before anything is measured.
     await closedLoop(opts.concurrency, 1, (c, n) => leasePair(gw, c, n));
