@@ -31,6 +31,7 @@ const API_WIRE: Record<DomainErrorCode, readonly [code: string, status: number]>
   NoSuchUpload: ["NoSuchUpload", 404],
   BucketNotEmpty: ["BucketNotEmpty", 409],
   BucketAlreadyOwnedByYou: ["BucketAlreadyOwnedByYou", 409],
+  OperationAborted: ["OperationAborted", 409],
   InvalidBucketName: ["InvalidRequest", 400],
   InvalidObjectName: ["InvalidRequest", 400],
   KeyTooLong: ["InvalidRequest", 400],

@@ -199,8 +199,8 @@ function auditQuery(c: Context<ApiEnv>): AuditQuery {
     limit = Number(limitRaw);
   }
   const decision = q("decision");
-  if (decision !== undefined && decision !== "accepted" && decision !== "rejected") {
-    throw invalid('decision must be "accepted" or "rejected"');
+  if (decision !== undefined && decision !== "accepted" && decision !== "rejected" && decision !== "unknown") {
+    throw invalid('decision must be "accepted", "rejected" or "unknown"');
   }
   return {
     bucket: q("bucket"),

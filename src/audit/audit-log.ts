@@ -9,7 +9,12 @@ import type { TxDomain } from "../core/tx.js";
  * back with the step's other changes.
  */
 
-export type AuditDecision = "accepted" | "rejected";
+/**
+ * accepted / rejected: what happened to a write or lease event. unknown: a write whose commit
+ * was sent and whose answer never came; a later record with the same requestId gives the outcome
+ * once the gateway has learnt it.
+ */
+export type AuditDecision = "accepted" | "rejected" | "unknown";
 
 /** Page sizes of audit queries (contract: default 100, at most 1000). */
 export const DEFAULT_AUDIT_LIMIT = 100;
@@ -27,7 +32,7 @@ export type AuditRecord = {
   owner: string | null;
   principal: string | null; // access key id
   decision: AuditDecision;
-  reason: string | null; // error code when rejected
+  reason: string | null; // error code when rejected (or unknown)
   highestToken: number | null;
   requestId: string | null;
   gateway: string; // instance id

@@ -10,7 +10,7 @@ Usage:
   fencegate lease release LEASE_ID
   fencegate lease show LEASE_ID
   fencegate lease list [--bucket B] [--prefix P]
-  fencegate audit [--bucket B] [--key K] [--prefix P] [--lease-id ID] [--decision accepted|rejected]
+  fencegate audit [--bucket B] [--key K] [--prefix P] [--lease-id ID] [--decision accepted|rejected|unknown]
                   [--op OP] [--since ISO] [--until ISO] [--limit N] [--cursor C] [--all]
   fencegate backend verify [--config FILE] [--bucket B]...
   fencegate run --bucket B (--key K | --prefix P) [--ttl-ms N] [--wait-ms N] [--owner O] -- CMD [ARGS...]

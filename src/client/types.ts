@@ -45,7 +45,7 @@ export type AuditRecord = {
   leaseId: string | null;
   owner?: string | null;
   principal: string | null;
-  decision: "accepted" | "rejected";
+  decision: "accepted" | "rejected" | "unknown";
   reason: string | null;
   highestToken: number | null;
   requestId: string | null;

@@ -326,6 +326,7 @@ export function errorResponse(
   const highest = err.extra.HighestToken;
   if (typeof highest === "number") headers.set("x-fence-highest-token", String(highest));
   if (err.retryAfterSeconds !== undefined) headers.set("retry-after", String(err.retryAfterSeconds));
+  if (err.outcome === "unknown") headers.set("x-fence-outcome", "unknown");
   if (err.status === 304 || method === "HEAD") {
     // HEAD answers carry no body; the code goes in a header for clients that want it.
     headers.set("x-amz-error-code", err.code);

@@ -9,8 +9,7 @@ import type { EmbeddedDb } from "../../embedded/db.js";
  * page stops after `limit` rows (query-plan.ts). audit_meta holds one fact the planner needs:
  * whether record times have always followed seqs (then a time window is a seq range).
  */
-const DDL = `
-CREATE TABLE IF NOT EXISTS audit_records (
+const RECORDS_TABLE = `CREATE TABLE IF NOT EXISTS audit_records (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,
   time TEXT NOT NULL,
   time_ms INTEGER NOT NULL,
@@ -22,12 +21,15 @@ CREATE TABLE IF NOT EXISTS audit_records (
   lease_id TEXT,
   owner TEXT,
   principal TEXT,
-  decision TEXT NOT NULL CHECK (decision IN ('accepted', 'rejected')),
+  decision TEXT NOT NULL CHECK (decision IN ('accepted', 'rejected', 'unknown')),
   reason TEXT,
   highest_token INTEGER,
   request_id TEXT,
   gateway TEXT NOT NULL
-);
+);`;
+
+const DDL = `
+${RECORDS_TABLE}
 CREATE INDEX IF NOT EXISTS audit_records_bucket ON audit_records (bucket, seq) WHERE bucket IS NOT NULL;
 CREATE INDEX IF NOT EXISTS audit_records_key ON audit_records (key, seq) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS audit_records_prefix ON audit_records (prefix, seq) WHERE prefix IS NOT NULL;
@@ -48,6 +50,7 @@ CREATE TABLE IF NOT EXISTS audit_meta (
 
 export function migrateAuditTables(db: EmbeddedDb): void {
   db.transaction(() => {
+    allowUnknownDecisions(db);
     db.exec(DDL);
     // Once per data directory (written before audit_meta existed, or new): are the times in
     // seq order? Adjacent pairs suffice: a sequence never steps back iff no step does.
@@ -62,4 +65,30 @@ export function migrateAuditTables(db: EmbeddedDb): void {
       db.prepare("INSERT INTO audit_meta (name, value) VALUES ('times_ordered', ?)").run(back ? 0 : 1);
     }
   }).immediate();
+}
+
+/**
+ * Data directories written before writes could have an unknown outcome: their audit_records
+ * table only allows 'accepted' and 'rejected'. SQLite cannot change a CHECK constraint in place,
+ * so the table is rebuilt once with the same rows and seqs (and the AUTOINCREMENT high-water
+ * mark, so that a seq is still never reused); the indexes are made again by the DDL.
+ */
+function allowUnknownDecisions(db: EmbeddedDb): void {
+  const table = db
+    .prepare<[], { sql: string }>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'audit_records'")
+    .get();
+  if (!table || table.sql.includes("'unknown'")) return;
+  const high = db
+    .prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'audit_records'")
+    .get();
+  db.exec(RECORDS_TABLE.replace("audit_records (", "audit_records_next ("));
+  db.exec("INSERT INTO audit_records_next SELECT * FROM audit_records");
+  db.exec("DROP TABLE audit_records");
+  db.exec("ALTER TABLE audit_records_next RENAME TO audit_records");
+  if (high) {
+    db.prepare("UPDATE sqlite_sequence SET seq = MAX(seq, ?) WHERE name = 'audit_records'").run(high.seq);
+    db.prepare(
+      "INSERT INTO sqlite_sequence (name, seq) SELECT 'audit_records', ? WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'audit_records')",
+    ).run(high.seq);
+  }
 }

@@ -47,7 +47,7 @@ export function recordFrom(id: string, flat: readonly string[]): AuditRecord {
     leaseId: text("lid"),
     owner: text("own"),
     principal: text("pr"),
-    decision: f.get("d") === "rejected" ? "rejected" : "accepted",
+    decision: decisionOf(f.get("d")),
     reason: text("r"),
     highestToken: num("ht"),
     requestId: text("rq"),
@@ -96,4 +96,8 @@ export function matches(f: ParsedFilters, record: AuditRecord): boolean {
   if (f.sinceMs !== undefined && t < f.sinceMs) return false;
   if (f.untilMs !== undefined && t >= f.untilMs) return false;
   return true;
+}
+
+function decisionOf(stored: string | undefined): AuditRecord["decision"] {
+  return stored === "rejected" || stored === "unknown" ? stored : "accepted";
 }

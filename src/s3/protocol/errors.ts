@@ -10,6 +10,8 @@ export type S3WireError = {
   extra: Record<string, string | number>;
   /** Whole seconds for a Retry-After header (throttling, a busy backend). */
   retryAfterSeconds?: number;
+  /** "unknown": a write whose outcome the gateway could not learn (header x-fence-outcome). */
+  outcome?: "unknown";
 };
 
 type Wire = readonly [code: string, status: number];
@@ -42,6 +44,7 @@ const S3_WIRE: Record<DomainErrorCode, Wire> = {
   NoSuchUpload: ["NoSuchUpload", 404],
   BucketNotEmpty: ["BucketNotEmpty", 409],
   BucketAlreadyOwnedByYou: ["BucketAlreadyOwnedByYou", 409],
+  OperationAborted: ["OperationAborted", 409],
   InvalidBucketName: ["InvalidBucketName", 400],
   InvalidObjectName: ["InvalidArgument", 400],
   KeyTooLong: ["KeyTooLongError", 400],
@@ -105,6 +108,7 @@ export function toS3Error(err: unknown): S3WireError {
   if (typeof retryAfter === "number" && Number.isFinite(retryAfter) && retryAfter >= 0) {
     wire.retryAfterSeconds = Math.ceil(retryAfter);
   }
+  if (err.details.outcome === "unknown") wire.outcome = "unknown";
   return wire;
 }
 
