@@ -1,5 +1,6 @@
 import type { Readable } from "node:stream";
 import type { TxDomain } from "../core/tx.js";
+import type { InFlightWrites } from "../fence/bucket-deletion.js";
 import type { CommitOutcome, FencedCommit, WriteConditions } from "../fence/commit.js";
 
 /**
@@ -13,7 +14,7 @@ import type { CommitOutcome, FencedCommit, WriteConditions } from "../fence/comm
  * (src/core/key-rules.ts); backends check them again only where a key becomes a path.
  */
 
-export type { CommitOutcome, FencedCommit, WriteConditions };
+export type { CommitOutcome, FencedCommit, InFlightWrites, WriteConditions };
 
 export type ObjectHeaders = {
   contentType?: string;
@@ -273,8 +274,13 @@ export interface StorageBackend extends BackendCapabilities {
   createBucket(bucket: string): Promise<void>;
   /** NoSuchBucket. */
   headBucket(bucket: string): Promise<BucketInfo>;
-  /** NoSuchBucket, BucketNotEmpty. */
-  deleteBucket(bucket: string): Promise<void>;
+  /**
+   * NoSuchBucket, BucketNotEmpty, OperationAborted. Atomic with respect to every commit: a write
+   * racing it is refused or keeps its bucket. `inFlight` names the objects with a commit in flight
+   * (the lease store's commit intents); a backend without atomic steps touches them (see
+   * src/fence/bucket-deletion.ts). Without it, none are known: for tests and single-process tools.
+   */
+  deleteBucket(bucket: string, inFlight?: InFlightWrites): Promise<void>;
 
   /** The object's HCT and ETag, for refusing a doomed write before its body is read. NoSuchBucket. */
   writeState(bucket: string, key: string): Promise<WriteState>;

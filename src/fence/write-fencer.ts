@@ -12,7 +12,9 @@ import {
   type WriteConditions,
 } from "./commit.js";
 import { type AuthorizedWrite, authorizeWrite, type FencingPolicy } from "./decision.js";
+import { OutcomeUnknownError } from "./commit-driver.js";
 import { assertUploadFence } from "./multipart-rules.js";
+import type { Outcomes } from "./outcomes.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
 
 export type WriteContext = {
@@ -47,6 +49,8 @@ export type WriteFencerOptions = {
    * (StorageBackend.domain); buckets may live in different backends.
    */
   domainOf: (bucket: string) => TxDomain | undefined;
+  /** Where writes answered "unknown" go until their outcome is learnt and recorded. */
+  outcomes?: Outcomes;
 };
 
 export type Committed = { highestToken: number | null };
@@ -155,6 +159,12 @@ export class WriteFencer {
       // Committed, but the log could not take the decision: the answer is 503 and the intent
       // stays behind, so that the write is fenced and accounted for later.
       if (committed) throw markAudited(err);
+      if (err instanceof OutcomeUnknownError && auth) {
+        // Sent, no answer: neither accepted nor refused. The intent stays until the outcome is
+        // learnt and recorded (outcomes.ts); the answer says "unknown".
+        await this.unknown(ctx, auth, err, intent?.intentId);
+        throw err;
+      }
       // A refusal is a known outcome: nothing was committed. Anything else may have committed
       // (a lost connection to the store): its intent stays, for the next grant to fence.
       settled = isDomainError(err);
@@ -163,6 +173,31 @@ export class WriteFencer {
     } finally {
       if (intent && settled) await this.opts.leases.endCommit(intent.intentId).catch(() => undefined);
     }
+  }
+
+  private async unknown(
+    ctx: WriteContext,
+    auth: AuthorizedWrite,
+    err: OutcomeUnknownError,
+    intentId: string | undefined,
+  ): Promise<void> {
+    const draft = this.draft(ctx, auth, { decision: "unknown", reason: "ServiceUnavailable", highestToken: null });
+    markAudited(err);
+    try {
+      await this.opts.audit.append(draft);
+    } finally {
+      // Recorded or not, the outcome is learnt and recorded once known.
+      this.opts.outcomes?.track(err, draft, intentId);
+    }
+  }
+
+  /**
+   * The objects of a bucket with a commit in flight, on any replica: the lease store's commit
+   * intents there (a bucket deletion touches them, src/fence/bucket-deletion.ts).
+   */
+  async inFlight(bucket: string): Promise<{ bucket: string; key: string }[]> {
+    const intents = await this.opts.leases.intentsUnder({ bucket, prefix: "" });
+    return intents.map(({ bucket: b, key }) => ({ bucket: b, key }));
   }
 
   /** Signature, scope and lease of a write, without committing anything. */

@@ -233,6 +233,13 @@ export interface LeaseStore {
   /** Forgets intents whose objects were fenced (after an AcquireResult `fence`). */
   clearIntents(intentIds: readonly string[]): Promise<void>;
 
+  /**
+   * The commit intents on objects the resource covers: the commits in flight there (a bucket
+   * deletion touches their objects, see src/fence/bucket-deletion.ts). Every intent recorded
+   * before the call is listed, unless it has ended.
+   */
+  intentsUnder(resource: LeaseResource): Promise<CommitIntentRef[]>;
+
   /** Throws when the store cannot be reached (health checks). */
   ping(): Promise<void>;
 

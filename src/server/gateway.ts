@@ -11,6 +11,7 @@ import type { Config } from "../config/schema.js";
 import { type Clock, systemClock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { createLogger, type Logger } from "../core/log.js";
+import { Outcomes } from "../fence/outcomes.js";
 import { WriteFencer } from "../fence/write-fencer.js";
 import { createRequestAuthenticator } from "../http/authenticator.js";
 import { type EdgeAnswer, type EdgeRenderer, installEdgeAnswers } from "../http/edge-answers.js";
@@ -60,6 +61,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
 
   const policyFor = (bucket: string) =>
     config.buckets[bucket]?.fencing ?? config.fencing.buckets[bucket] ?? config.fencing.default;
+  // Writes answered "unknown" until their outcome is learnt and recorded.
+  const outcomes = new Outcomes({ audit, leases: leaseStore, log: log.child({ component: "outcomes" }) });
   const fencer = new WriteFencer({
     leases: leaseStore,
     audit,
@@ -69,6 +72,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     writeState: (bucket, key) => backend.writeState(bucket, key),
     highestToken: (bucket, key) => backend.highestToken(bucket, key),
     domainOf: (bucket) => backend.domainOf(bucket),
+    outcomes,
   });
   const leases = new LeaseService({
     store: leaseStore,
@@ -215,6 +219,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const close = (graceMs = 0) => {
     closing ??= (async () => {
       clearInterval(sweeper);
+      outcomes.close();
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();

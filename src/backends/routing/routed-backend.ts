@@ -7,6 +7,7 @@ import type {
   CreateUploadInput,
   DeleteObjectInput,
   FencedCommit,
+  InFlightWrites,
   ListInput,
   ListPartsInput,
   ListResult,
@@ -120,7 +121,7 @@ export class RoutedBackend implements StorageBackend {
     return { name: bucket, creationDate: info.creationDate };
   }
 
-  async deleteBucket(bucket: string): Promise<void> {
+  async deleteBucket(bucket: string, inFlight?: InFlightWrites): Promise<void> {
     const route = this.route(bucket);
     if (route.prefix !== "") {
       throw new DomainError(
@@ -128,7 +129,9 @@ export class RoutedBackend implements StorageBackend {
         "this bucket is a prefix of a shared store bucket, set in the configuration; it cannot be deleted through the gateway",
       );
     }
-    await route.backend.deleteBucket(route.target).catch((e) => {
+    // A route without a prefix keeps the keys: the gateway bucket's intents are the target's.
+    const writes = inFlight ? () => inFlight(bucket) : undefined;
+    await route.backend.deleteBucket(route.target, writes).catch((e) => {
       throw renameBucket(e, bucket);
     });
   }

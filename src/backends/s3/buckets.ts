@@ -1,31 +1,28 @@
 import { DomainError } from "../../core/errors.js";
-import { prefixUpperBound } from "../../core/prefix-range.js";
+import { deleteBucketSafely, type InFlightWrites } from "../../fence/bucket-deletion.js";
 import { compareKeys } from "../list-helper.js";
 import type { BucketInfo } from "../storage-backend.js";
 import type { S3Context } from "./context.js";
 import { mapLimit } from "./map-limit.js";
-import { type ObjectListing, startAfterFor } from "./object-listing.js";
+import type { S3ObjectPort } from "./object-port.js";
 import { noSuchBucket } from "./store-errors.js";
-import type { UploadStore } from "./upload-store.js";
 
 /**
  * Buckets. A gateway bucket is the store bucket of the same name.
  *
- * Deleting a bucket must not lose its HCTs (contract rule 2: they outlive deletes, and a
- * re-created bucket keeps them). The records hold them, inside the bucket. So a bucket without
- * live objects is deleted from the store only when no record in it carries an HCT and no plain
- * object is there (hidden by a tombstone): its meta objects are removed first (tombstones and
- * fencegate's objects do not count, as the fs backend's tombstones do not), then the bucket.
- * Otherwise it is deleted for fencegate only: a marker
- * `<m>deleted` makes it answer NoSuchBucket and drop out of listBuckets, its uploads are
- * removed, its blobs left to the collector; creating it again removes the marker, and the HCTs
- * are there. A tool reading the store directly still sees that bucket with its `<m>` objects.
+ * fencegate never deletes a store bucket, nor anything in it: a deleted bucket's HCTs live in
+ * its records (contract rule 2: they outlive deletes, and a re-created bucket keeps them), and a
+ * commit paused before the deletion must never land in a bucket that lost its records. DeleteBucket
+ * marks the bucket instead (`<m>deleted`, bucket-marker.ts), through the protocol of
+ * src/fence/bucket-deletion.ts, which makes it atomic with respect to every commit; the marked
+ * bucket answers NoSuchBucket and drops out of listBuckets, its uploads are removed, its blobs
+ * left to the collector; creating it again marks it live, and the HCTs are there. A tool reading
+ * the store directly still sees that bucket with its `<m>` objects.
  */
 export class BucketOps {
   constructor(
     private readonly ctx: S3Context,
-    private readonly listing: ObjectListing,
-    private readonly uploads: UploadStore,
+    private readonly port: S3ObjectPort,
   ) {}
 
   async list(): Promise<BucketInfo[]> {
@@ -44,10 +41,10 @@ export class BucketOps {
   async create(bucket: string): Promise<void> {
     const state = await this.ctx.store.bucketState(bucket);
     if (state === "missing" && (await this.ctx.store.createBucket(bucket))) return;
-    if (state === "ours" && (await this.ctx.softDeleted(bucket))) {
+    if (state === "ours") {
+      const marker = await this.port.bucketState(bucket);
       // Deleted for fencegate only: it comes back with its HCTs.
-      await this.ctx.store.delete(bucket, this.ctx.layout.deletedMarker);
-      return;
+      if (marker.phase === "deleted" && (await this.port.setBucketState(bucket, marker, "live"))) return;
     }
     throw new DomainError(
       "BucketAlreadyOwnedByYou",
@@ -66,14 +63,7 @@ export class BucketOps {
   async keepForHcts(bucket: string): Promise<void> {
     if ((await this.ctx.store.bucketState(bucket)) !== "missing") return;
     if (!(await this.ctx.store.createBucket(bucket))) return;
-    await this.markDeleted(bucket);
-  }
-
-  private async markDeleted(bucket: string): Promise<void> {
-    await this.ctx.store.put(bucket, this.ctx.layout.deletedMarker, {
-      body: Buffer.from(JSON.stringify({ deleted: this.ctx.clock() })),
-      contentType: "application/json",
-    });
+    await this.port.setBucketState(bucket, { phase: "live", since: 0, version: null }, "deleted");
   }
 
   async head(bucket: string): Promise<BucketInfo> {
@@ -85,54 +75,7 @@ export class BucketOps {
     return listed.find((b) => b.name === bucket) ?? { name: bucket, creationDate: new Date(0) };
   }
 
-  async delete(bucket: string): Promise<void> {
-    await this.ctx.requireBucket(bucket);
-    if ((await this.listing.list({ bucket, maxKeys: 1 })).objects.length > 0) throw notEmpty(bucket);
-    for (const upload of await this.uploads.all(bucket)) await this.uploads.remove(bucket, upload.uploadId);
-    // Kept in the store when records carry HCTs, or when plain objects are there (hidden by
-    // tombstones, since the listing found none): fencegate never deletes bytes it did not write.
-    if ((await this.keepsHcts(bucket)) || (await this.hasPlainObjects(bucket))) {
-      await this.markDeleted(bucket);
-      return;
-    }
-    for (const u of await this.ctx.store.listStoreUploads(bucket, this.ctx.layout.meta)) {
-      await this.ctx.store.abortMultipart(bucket, u.name, u.uploadId);
-    }
-    for await (const page of this.ctx.store.listAll(bucket, this.ctx.layout.meta)) {
-      await mapLimit(page.objects, 16, (o) => this.ctx.store.delete(bucket, o.name));
-    }
-    // Something landed since the check (a racing write): the store refuses, and so do we.
-    if (!(await this.ctx.store.deleteBucket(bucket))) throw notEmpty(bucket);
-  }
-
-  /** Whether any object outside the meta prefix is in the store bucket (visible or not). */
-  private async hasPlainObjects(bucket: string): Promise<boolean> {
-    const first = await this.ctx.store.list(bucket, { maxKeys: 1 });
-    const name = first.objects[0]?.name;
-    if (name === undefined) return false;
-    if (!this.ctx.layout.isMeta(name)) return true;
-    const past = prefixUpperBound(this.ctx.layout.meta);
-    if (past === null) return false;
-    const after = startAfterFor("", { key: past, inclusive: true });
-    return (
-      (await this.ctx.store.list(bucket, { maxKeys: 1, ...(after ? { startAfter: after } : {}) })).objects
-        .length > 0
-    );
-  }
-
-  /** Whether any record of the bucket carries an HCT. */
-  private async keepsHcts(bucket: string): Promise<boolean> {
-    for (const prefix of [this.ctx.layout.records, this.ctx.layout.longRecords]) {
-      for await (const page of this.ctx.store.listAll(bucket, prefix)) {
-        const records = await mapLimit(page.objects, 16, (o) =>
-          this.ctx.records.readListed(bucket, o.name, o.etag),
-        );
-        if (records.some((r) => r !== null && r.hct !== null)) return true;
-      }
-    }
-    return false;
+  async delete(bucket: string, inFlight: InFlightWrites): Promise<void> {
+    await deleteBucketSafely(this.port, bucket, inFlight);
   }
 }
-
-const notEmpty = (bucket: string) =>
-  new DomainError("BucketNotEmpty", "the bucket you tried to delete is not empty", { bucket });

@@ -3,8 +3,8 @@ import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import type { CapabilityGate } from "./capability.js";
 import type { Layout } from "./layout.js";
-import { sleep } from "./map-limit.js";
-import type { S3CommitHookInfo, S3CommitHooks } from "./options.js";
+import { parseMarker } from "./bucket-marker.js";
+import type { S3CommitHooks } from "./options.js";
 import type { RecordStore } from "./record-store.js";
 import { newNonce, type ObjectRecord, type ReadRecord } from "./records.js";
 import type { Store, StoredObject } from "./store.js";
@@ -19,23 +19,6 @@ export type Current = {
   /** The live object's ETag: the record's version, else the plain object's (when looked up). */
   liveEtag: string | null;
 };
-
-/** A commit's decision on what it found: the record to write and the result once written, or done. */
-export type Plan<R> = { write: ObjectRecord; result: R } | { done: R };
-
-export type CommitOptions = {
-  /** Look the plain object up when the record is absent or "plain" (for conditions, existence). */
-  plain: boolean;
-  /** NoSuchBucket when the bucket is deleted for fencegate (raiseHighestToken writes there anyway). */
-  checkBucket: boolean;
-  /** A last check before the record PUT; throws to refuse. */
-  guard?: () => void;
-};
-
-export type Committed<R> = { result: R; replaced: ObjectRecord | null };
-
-/** Enough passes for dozens of writers racing on one key; each lost pass means another committed. */
-const MAX_COMMIT_ATTEMPTS = 64;
 
 /** Everything the backend and its multipart store share. */
 export class S3Context {
@@ -55,9 +38,13 @@ export class S3Context {
     if (this.closed) throw new DomainError("ServiceUnavailable", "the s3 backend is closed");
   }
 
-  /** Whether the bucket is deleted for fencegate but kept for its HCTs. NoSuchBucket when it is gone. */
+  /**
+   * Whether the bucket is deleted for fencegate but kept for its HCTs (a bucket being deleted is
+   * not yet: it is read as usual). NoSuchBucket when the store has no such bucket.
+   */
   async softDeleted(bucket: string, signal?: AbortSignal): Promise<boolean> {
-    return (await this.store.getText(bucket, this.layout.deletedMarker, signal)) !== null;
+    const marker = await this.store.getText(bucket, this.layout.deletedMarker, signal);
+    return marker !== null && parseMarker(marker.text).phase === "deleted";
   }
 
   /** NoSuchBucket unless the bucket exists and is not deleted for fencegate. */
@@ -81,42 +68,6 @@ export class S3Context {
     const plain = lookPlain ? await this.store.head(bucket, key, opts.signal) : null;
     const liveEtag = record?.state === "live" && record.live ? record.live.etag : (plain?.etag ?? null);
     return { read, record, plain, liveEtag };
-  }
-
-  /**
-   * The compare-and-swap loop of every commit: read the record (the commit point), let `plan`
-   * apply the HCT rule and the conditions to it (throwing a refusal, or deciding there is nothing
-   * to write), then replace the record only if it is still the one read. A lost race reads again,
-   * after a short random pause, and decides again.
-   */
-  async commit<R>(
-    info: Omit<S3CommitHookInfo, "attempt">,
-    opts: CommitOptions,
-    plan: (current: Current) => Plan<R>,
-  ): Promise<Committed<R>> {
-    const { bucket, key } = info;
-    for (let attempt = 1; attempt <= MAX_COMMIT_ATTEMPTS; attempt++) {
-      const hook = (step: Parameters<S3CommitHooks>[0]) => this.hooks?.(step, { ...info, attempt });
-      const current = await this.current(bucket, key, opts);
-      await hook("record-read");
-      const decided = plan(current);
-      if ("done" in decided) return { result: decided.done, replaced: null };
-      opts.guard?.();
-      await hook("before-record-put");
-      if ((await this.records.swap(bucket, current.read, decided.write)) === "written") {
-        // Committed: nothing after this point may turn the write into a failure.
-        await Promise.resolve(hook("after-record-put")).catch((err) =>
-          this.log?.warn({ err, bucket, key }, "s3 backend: a commit hook failed after the commit"),
-        );
-        return { result: decided.result, replaced: current.record };
-      }
-      await sleep(Math.random() * Math.min(100, 2 ** Math.min(attempt, 7)));
-    }
-    throw new DomainError(
-      "SlowDown",
-      `too many concurrent writes to ${bucket}/${key}: the write was not committed; please retry`,
-      { retryAfterSeconds: 1 },
-    );
   }
 
   /** A new record for `key`; `nonce` makes its ETag unique. */

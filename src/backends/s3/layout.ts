@@ -67,8 +67,9 @@ export class Layout {
     return this.blobs + id;
   }
 
-  newBlobId(): string {
-    return randomBytes(16).toString("hex");
+  /** `t` + the staging time (12 hex digits of ms) + 20 random hex digits: see blobTime. */
+  newBlobId(now: number = Date.now()): string {
+    return `t${Math.max(0, now).toString(16).padStart(12, "0")}${randomBytes(10).toString("hex")}`;
   }
 
   manifestName(uploadId: string): string {
@@ -100,4 +101,15 @@ export function newUploadId(initiated: number, sequence: number): string {
   const time = Math.max(0, initiated).toString(16).padStart(12, "0");
   const seq = (sequence % 0x1_0000_0000).toString(16).padStart(8, "0");
   return `${time}${seq}${randomBytes(12).toString("hex")}`;
+}
+
+/**
+ * When a blob was staged (ms, the stager's clock), from its id; 0 for ids of older versions,
+ * which carried no time. The collector marks a record with the time before which blobs of its
+ * key may be gone, and a commit whose blob is older than the mark is refused (object-port.ts).
+ */
+export function blobTime(id: string): number {
+  if (id.length !== 33 || id[0] !== "t") return 0;
+  const time = Number.parseInt(id.slice(1, 13), 16);
+  return Number.isSafeInteger(time) ? time : 0;
 }

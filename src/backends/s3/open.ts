@@ -3,6 +3,8 @@ import { CapabilityGate } from "./capability.js";
 import { S3Context } from "./context.js";
 import { EtagCache } from "./etag-cache.js";
 import { Layout } from "./layout.js";
+import { ObjectListing } from "./object-listing.js";
+import { S3ObjectPort } from "./object-port.js";
 import {
   DEFAULTS,
   MAX_BLOB_PART,
@@ -68,12 +70,17 @@ export function createS3Backend(options: S3BackendOptions): S3Backend {
     options.log,
   );
   const uploads = new UploadStore(ctx);
-  const multipart = new S3MultipartStore(ctx, uploads, {
+  const listing = new ObjectListing(store, layout, records);
+  const port = new S3ObjectPort(
+    ctx,
+    uploads,
+    async (bucket) => (await listing.list({ bucket, maxKeys: 1 })).objects.length === 0,
+  );
+  const multipart = new S3MultipartStore(ctx, uploads, port, {
     partSizeBytes,
-    gcGraceMs: resolved.gcGraceMs,
     maxAgeMs: resolved.multipartMaxAgeMs,
   });
-  const backend = new S3Backend(ctx, multipart, uploads, resolved);
+  const backend = new S3Backend(ctx, multipart, uploads, listing, port, resolved);
   gate.start();
   backend.startGarbageCollection(resolved.gcIntervalMs);
   return backend;

@@ -1,4 +1,5 @@
 import type { Logger } from "../../core/log.js";
+import type { SwapAnswer } from "../../fence/commit-port.js";
 import type { EtagCache } from "./etag-cache.js";
 import type { Layout } from "./layout.js";
 import { type ObjectRecord, parseRecord, type ReadRecord, serializeRecord } from "./records.js";
@@ -44,71 +45,23 @@ export class RecordStore {
   }
 
   /**
-   * Replaces `current` (null: creates) with `next`, only if the record is still `current`:
-   * If-Match on its ETag, or If-None-Match: * to create. "lost" when another write came first.
-   *
-   * Each PUT is sent once by the SDK. When its outcome is unknown (a timeout, a reset, a 5xx),
-   * the record is read again: our nonce there means it committed. If the record is still
-   * `current`, the same conditional PUT is sent again (at most one copy can land: both are
-   * conditional on `current`), which settles a request lost on a stale connection. Anything
-   * else leaves the outcome unknown, since our PUT may still land, or may have landed and been
-   * replaced since: that is thrown as UnknownOutcomeError (not a DomainError), so that the
-   * fencing core keeps the commit intent and a later lease grant fences the key.
+   * One conditional PUT of a record: it replaces the record whose store ETag is `version` (null:
+   * creates it only if absent), sent once. "lost": the condition failed, nothing changed;
+   * "unknown": no answer (a timeout, a reset, a 5xx), it may have landed. A request the store
+   * certainly refused or never got throws its DomainError.
    */
-  async swap(bucket: string, current: ReadRecord | null, next: ObjectRecord): Promise<"written" | "lost"> {
+  async put(bucket: string, version: string | null, next: ObjectRecord): Promise<SwapAnswer> {
     const name = this.layout.recordName(next.key);
-    let uncertain: unknown;
-    for (let attempt = 1; attempt <= SEND_ATTEMPTS; attempt++) {
-      let put: Awaited<ReturnType<Store["putConditional"]>>;
-      try {
-        put = await this.store.putConditional(bucket, name, {
-          body: serializeRecord(next),
-          contentType: "application/json",
-          ...(current ? { ifMatch: current.etag } : { ifNoneMatch: "*" }),
-        });
-      } catch (e) {
-        // Certainly not applied; but an earlier copy might have been.
-        if (uncertain === undefined) throw e;
-        put = { outcome: "unknown", error: e };
-      }
-      if (put.outcome === "written") {
-        this.cache.set(bucket, name, put.etag, next);
-        return "written";
-      }
-      if (put.outcome === "condition-failed" && uncertain === undefined) return "lost";
-      if (put.outcome === "unknown") uncertain = put.error;
-      const reread = await this.reread(bucket, next.key);
-      if (reread !== undefined && reread?.record.nonce === next.nonce) return "written";
-      const unchanged =
-        reread !== undefined && (reread === null ? current === null : reread.etag === current?.etag);
-      if (put.outcome === "condition-failed" || !unchanged) break;
+    const put = await this.store.putConditional(bucket, name, {
+      body: serializeRecord(next),
+      contentType: "application/json",
+      ...(version !== null ? { ifMatch: version } : { ifNoneMatch: "*" }),
+    });
+    if (put.outcome === "written") {
+      this.cache.set(bucket, name, put.etag, next);
+      return { outcome: "swapped" };
     }
-    throw new UnknownOutcomeError(
-      `the outcome of the commit of ${bucket}/${next.key} is unknown: the store did not answer the conditional write (${describe(uncertain)})`,
-      { cause: uncertain },
-    );
-  }
-
-  /** The record again, or undefined when even that fails. */
-  private async reread(bucket: string, key: string): Promise<ReadRecord | null | undefined> {
-    try {
-      return await this.read(bucket, key);
-    } catch (e) {
-      this.log?.warn({ bucket, key, err: e }, "s3 backend: re-reading a record failed");
-      return undefined;
-    }
+    if (put.outcome === "condition-failed") return { outcome: "lost" };
+    return { outcome: "unknown", error: put.error };
   }
 }
-
-/** Sends of one conditional record PUT while its outcome stays unknown and the record unchanged. */
-const SEND_ATTEMPTS = 3;
-
-/**
- * A commit that may or may not have landed. Deliberately not a DomainError: the fencing core
- * then keeps the commit intent, and the next lease grant on the key fences it.
- */
-export class UnknownOutcomeError extends Error {
-  override name = "UnknownOutcomeError";
-}
-
-const describe = (e: unknown) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));

@@ -16,6 +16,8 @@ export type LiveVersion = {
   lastModified: number;
   metadata: ObjectMetadata;
   checksums?: Checksums;
+  /** The multipart upload it completes, for a completion retried after its answer was lost. */
+  upload?: string;
 };
 
 export type ObjectRecord = {
@@ -33,6 +35,15 @@ export type ObjectRecord = {
   live?: LiveVersion;
   /** When the record was written (fencegate's clock). */
   written: number;
+  /** The id of the write that made this record (absent on records older than write ids). */
+  w?: string;
+  /** The ids of the writes before it, oldest first (with `w`, at most WRITE_HISTORY). */
+  h?: string[];
+  /**
+   * The garbage collector's mark: blobs of this key staged before this time (ms, the stager's
+   * clock, from the blob id) may be collected, so no commit may name them any more.
+   */
+  gc?: number;
 };
 
 /** A record as read, with the store ETag that a replacement's If-Match names. */
@@ -54,6 +65,9 @@ export function parseRecord(text: string, where: string): ObjectRecord {
     typeof value.key === "string" &&
     (value.hct === null || Number.isSafeInteger(value.hct)) &&
     typeof value.nonce === "string" &&
+    (value.w === undefined || typeof value.w === "string") &&
+    (value.h === undefined || (Array.isArray(value.h) && value.h.every((id) => typeof id === "string"))) &&
+    (value.gc === undefined || Number.isSafeInteger(value.gc)) &&
     (value.state === "deleted" ||
       value.state === "plain" ||
       (value.state === "live" && typeof value.live?.blob === "string"));
@@ -64,3 +78,10 @@ export function parseRecord(text: string, where: string): ObjectRecord {
 /** The live version a record describes, or null (tombstone, or plain). */
 export const liveOf = (record: ObjectRecord | null): LiveVersion | null =>
   record?.state === "live" && record.live ? record.live : null;
+
+/** The ids of the writes that made a record and the records before it, oldest first. */
+export function writesOf(record: ObjectRecord | null): string[] {
+  if (!record) return [];
+  const before = record.h ?? [];
+  return record.w === undefined ? [...before] : [...before, record.w];
+}

@@ -1,6 +1,7 @@
 import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName } from "../../core/key-rules.js";
-import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { noWritesInFlight } from "../../fence/bucket-deletion.js";
+import { runCommit } from "../../fence/commit-driver.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
@@ -8,6 +9,7 @@ import type {
   DeleteObjectResult,
   FencedCommit,
   GetObjectResult,
+  InFlightWrites,
   ListInput,
   ListResult,
   ObjectInfo,
@@ -20,13 +22,12 @@ import type {
 import { writeBlob } from "./blob-writer.js";
 import { BucketOps } from "./buckets.js";
 import { type CapabilityReport, verifyConditionalWrites } from "./capability.js";
-import { commitVersion } from "./commit-version.js";
 import type { S3Context } from "./context.js";
 import { collectGarbage, type GarbageReport } from "./garbage.js";
 import { BLOB_META, encodeKey } from "./layout.js";
-import { ObjectListing } from "./object-listing.js";
+import type { ObjectListing } from "./object-listing.js";
+import type { S3ObjectPort } from "./object-port.js";
 import type { ResolvedOptions } from "./options.js";
-import { UnknownOutcomeError } from "./record-store.js";
 import { type LiveVersion, liveOf } from "./records.js";
 import type { S3MultipartStore } from "./s3-multipart.js";
 import { abandoned, noSuchKey } from "./store-errors.js";
@@ -42,39 +43,39 @@ import type { UploadStore } from "./upload-store.js";
  * one with the same bytes), would find E again and overwrite the newest commit (ABA).
  *
  * The layout (layout.ts), inside every store bucket, under the meta prefix `<m>` (`.fencegate/`):
- * - `<m>r/<key>`: the key's RECORD, small JSON: {v, key, hct, nonce, state, live?, written}. The
- *   record is the commit point. Every write of it carries a fresh random nonce, so its store
- *   ETag is unique per write: creating it with If-None-Match: * and replacing it with If-Match
- *   on the ETag read is a true CAS. The HCT rule and the write conditions are decided on the
- *   record read, and the conditional PUT commits them atomically; a lost race (412, or 409
- *   ConditionalRequestConflict) reads again and decides again (context.ts). Records list in key
- *   order. Keys too long for `<m>r/` (more than 1024 bytes with it) have theirs at
- *   `<m>l/<sha256>`, merged into listings in memory.
+ * - `<m>r/<key>`: the key's RECORD, small JSON: {v, key, hct, nonce, state, live?, written, w,
+ *   h, gc?}. The record is the commit point. Every write of it carries a fresh random nonce, so
+ *   its store ETag is unique per write: creating it with If-None-Match: * and replacing it with
+ *   If-Match on the ETag read is a true CAS. `w` is the id of the write that made it and `h` the
+ *   ids of the writes before it (the last WRITE_HISTORY): how a write whose answer was lost is
+ *   recognised. Records list in key order. Keys too long for `<m>r/` (more than 1024 bytes with
+ *   it) have theirs at `<m>l/<sha256>`, merged into listings in memory.
  * - `<m>d/<blob id>`: immutable DATA blobs, written before the commit, never overwritten, with
- *   the object key (base64url) in their user metadata so the collector can find the record.
- *   A record's `live` names its blob, size, the ETag fencegate reports (MD5 hex, or `md5-N` for
- *   a multipart completion), lastModified, headers, user metadata and checksums.
+ *   the object key (base64url) in their user metadata so the collector can find the record, and
+ *   their staging time in their id. A record's `live` names its blob, size, the ETag fencegate
+ *   reports (MD5 hex, or `md5-N` for a multipart completion), lastModified, headers, user
+ *   metadata and checksums.
  * - `<m>u/...`: multipart uploads (s3-multipart.ts); `<m>p/...`: capability probes;
- *   `<m>deleted`: a bucket deleted for fencegate but kept for its HCTs (buckets.ts).
+ *   `<m>deleted`: the bucket's deletion marker (bucket-marker.ts, buckets.ts).
  * Record states: "live" (bytes in a blob), "deleted" (a tombstone: the HCT stays, and a plain
- * object at the key is hidden, not deleted), "plain" (an HCT only: the bytes are the plain object).
+ * object at the key is hidden, not deleted), "plain" (an HCT only: the bytes are the plain
+ * object, when there is one).
  *
  * Objects written before fencegate (no record; a plain object at `<key>` itself) are readable,
  * listable and conditionally writable through fencegate with the store's ETag, and fenced from
  * their first fenced write, which creates a record. fencegate never deletes bytes it did not
- * write.
+ * write, nor a store bucket.
  *
  * A write: stream the body to a new blob with bounded memory (blob-writer.ts), await the body's
- * verification, `commit.prepare()`, refuse if `commit.signal` is aborted, then the CAS loop.
- * `commit.atomic` is never called: this backend has no `domain`, so the fencing core checks the
- * lease through a commit intent. After the commit the replaced blob is deleted (best effort);
- * a refused or failed write deletes its new blob. The record PUT is sent once by the SDK; one
- * whose answer is lost (timeout, reset, 5xx) is settled by reading the record again: our nonce
- * there means committed; the record unchanged means the same conditional PUT can be sent again
- * (at most one copy can land); anything else is an unknown outcome, thrown as
- * UnknownOutcomeError (not a DomainError), so the fencing core keeps the commit intent. What a crash or a failed delete leaves (unreferenced blobs, abandoned
- * uploads) is removed by collectGarbage (garbage.ts) after a grace period; a commit that took
- * longer than half of that period is refused rather than risk pointing at a collected blob.
+ * verification, then the commit driver (src/fence/commit-driver.ts) over this backend's port
+ * (object-port.ts): prepare (the lease check through a commit intent: this backend has no
+ * domain), the record read, the bucket's marker, the HCT rule and the conditions, one
+ * conditional record PUT; a lost race reads again; a lost answer is learnt from the record's
+ * write history, or thrown as an unknown outcome that the fencing core settles later. After the
+ * commit the replaced blob is deleted (best effort); a refused write deletes its new blob. What a
+ * crash, a lost answer or a failed delete leaves (unreferenced blobs, abandoned uploads) is
+ * removed by collectGarbage (garbage.ts) after a grace period, through a mark on the record that
+ * no later commit can pass (so a slow commit never points at a collected blob).
  *
  * Reads resolve through the record: live → the blob (if a newer commit replaced and deleted it
  * meanwhile, read the record again); deleted → NoSuchKey; plain or no record → the plain object.
@@ -89,7 +90,6 @@ import type { UploadStore } from "./upload-store.js";
  */
 export class S3Backend implements StorageBackend {
   readonly kind = "s3";
-  private readonly listing: ObjectListing;
   private readonly buckets: BucketOps;
   private gcTimer: NodeJS.Timeout | undefined;
 
@@ -97,10 +97,12 @@ export class S3Backend implements StorageBackend {
     private readonly ctx: S3Context,
     readonly multipart: S3MultipartStore,
     private readonly uploads: UploadStore,
+    private readonly listing: ObjectListing,
+    /** The backend as the commit driver sees it (src/fence/commit-port.ts). */
+    readonly port: S3ObjectPort,
     private readonly opts: ResolvedOptions,
   ) {
-    this.listing = new ObjectListing(ctx.store, ctx.layout, ctx.records);
-    this.buckets = new BucketOps(ctx, this.listing, uploads);
+    this.buckets = new BucketOps(ctx, port);
   }
 
   /** Runs collectGarbage every `intervalMs` (0: never). */
@@ -131,9 +133,9 @@ export class S3Backend implements StorageBackend {
     return this.buckets.head(bucket);
   }
 
-  async deleteBucket(bucket: string): Promise<void> {
+  async deleteBucket(bucket: string, inFlight: InFlightWrites = noWritesInFlight): Promise<void> {
     this.ctx.assertOpen();
-    await this.buckets.delete(bucket);
+    await this.buckets.delete(bucket, inFlight);
   }
 
   // ---- objects ----
@@ -148,17 +150,16 @@ export class S3Backend implements StorageBackend {
     this.ctx.assertOpen();
     const { bucket, key, body } = input;
     const blob = this.ctx.layout.newBlobId();
-    // From before the upload: S3 dates a multipart object by its initiation.
-    const storedAt = performance.now();
     // No await before this call: the body must be read (and its errors listened to) at once.
     const stored = await writeBlob(this.ctx.store, bucket, this.ctx.layout.blobName(blob), body.stream, {
       partSize: this.opts.partSizeBytes,
       metadata: { [BLOB_META.key]: encodeKey(key), [BLOB_META.kind]: "object" },
       signal: commit.signal,
     });
+    let version: LiveVersion;
     try {
       const { checksums } = await body.digest;
-      const version: LiveVersion = {
+      version = {
         blob,
         size: stored.size,
         etag: `"${stored.md5Hex}"`,
@@ -169,60 +170,28 @@ export class S3Backend implements StorageBackend {
         },
         ...(Object.keys(checksums).length > 0 ? { checksums: { ...checksums } } : {}),
       };
-      const highestToken = await commitVersion(this.ctx, {
-        op: "put",
-        bucket,
-        key,
-        version,
-        commit,
-        storedAt,
-        gcGraceMs: this.opts.gcGraceMs,
-      });
-      return {
-        etag: version.etag,
-        size: version.size,
-        lastModified: new Date(version.lastModified),
-        highestToken,
-        checksums: { ...checksums },
-      };
+      await this.ctx.hooks?.("blob-stored", { op: "put", bucket, key, attempt: 0 });
+      await this.ctx.gate.require(bucket);
     } catch (e) {
-      // A refusal, or a failure before the record PUT: the new blob is nobody's. After an
-      // unknown outcome it may be the live version: the collector decides from the record.
-      if (!(e instanceof UnknownOutcomeError)) await this.ctx.removeBlob(bucket, blob);
+      await this.ctx.removeBlob(bucket, blob);
       throw e;
     }
+    const done = await runCommit(this.port, { bucket, key }, { op: "put", version }, commit);
+    return {
+      etag: version.etag,
+      size: version.size,
+      lastModified: new Date(version.lastModified),
+      highestToken: done.highestToken,
+      checksums: { ...(version.checksums ?? {}) },
+    };
   }
 
   async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
     this.ctx.assertOpen();
     const { bucket, key } = input;
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
     await this.ctx.gate.require(bucket);
-    const { result, replaced } = await this.ctx.commit<DeleteObjectResult>(
-      { op: "delete", bucket, key },
-      { plain: true, checkBucket: true },
-      (current) => {
-        const hct = applyFence(commit.fence, current.record?.hct ?? null);
-        checkWriteConditions(commit.conditions, current.liveEtag);
-        const existed = current.liveEtag !== null;
-        // Nothing to hide and no HCT to keep: nothing to write.
-        if (current.record === null && current.plain === null && hct === null) {
-          return { done: { existed, highestToken: hct } };
-        }
-        // Already a tombstone with this HCT: writing it again would change nothing.
-        if (current.record?.state === "deleted" && current.record.hct === hct) {
-          return { done: { existed, highestToken: hct } };
-        }
-        return {
-          write: this.ctx.newRecord(key, { hct, state: "deleted" }),
-          result: { existed, highestToken: hct },
-        };
-      },
-    );
-    const old = liveOf(replaced);
-    if (old) await this.ctx.removeBlob(bucket, old.blob);
-    return result;
+    const done = await runCommit(this.port, { bucket, key }, { op: "delete" }, commit);
+    return { existed: done.before.etag !== null, highestToken: done.highestToken };
   }
 
   async raiseHighestToken(bucket: string, key: string, token: number): Promise<number> {
@@ -244,25 +213,18 @@ export class S3Backend implements StorageBackend {
 
   private async raise(bucket: string, key: string, token: number): Promise<number> {
     await this.ctx.gate.require(bucket);
-    const { result } = await this.ctx.commit<number>(
-      { op: "raise", bucket, key },
-      // A bucket deleted for fencegate keeps its records: its HCTs are raised all the same.
-      { plain: true, checkBucket: false },
-      (current) => {
-        const hct = current.record?.hct ?? null;
-        if (hct !== null && hct >= token) return { done: hct };
-        const record = current.record;
-        const next = record
-          ? this.ctx.newRecord(key, {
-              hct: token,
-              state: record.state,
-              ...(record.live ? { live: record.live } : {}),
-            })
-          : this.ctx.newRecord(key, { hct: token, state: current.plain ? "plain" : "deleted" });
-        return { write: next, result: token };
-      },
-    );
-    return result;
+    // A bucket deleted for fencegate keeps its records: its HCTs are raised all the same.
+    const done = await runCommit(this.port, { bucket, key }, { op: "raise", token });
+    return done.highestToken ?? token;
+  }
+
+  /**
+   * The same state again under a new write id: a commit in flight over the state before can no
+   * longer land (bucket deletion, the settlement of an unknown outcome).
+   */
+  async touch(bucket: string, key: string): Promise<void> {
+    this.ctx.assertOpen();
+    await runCommit(this.port, { bucket, key }, { op: "touch" });
   }
 
   async headObject(bucket: string, key: string): Promise<ObjectInfo> {
@@ -381,6 +343,7 @@ export class S3Backend implements StorageBackend {
     const buckets = options.buckets ?? (await this.ctx.store.listBuckets()).map((b) => b.name);
     const report = await collectGarbage(
       this.ctx,
+      this.port,
       this.uploads,
       buckets,
       options.graceMs ?? this.opts.gcGraceMs,

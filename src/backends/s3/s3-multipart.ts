@@ -1,5 +1,5 @@
 import { DomainError } from "../../core/errors.js";
-import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { runCommit } from "../../fence/commit-driver.js";
 import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import {
@@ -20,10 +20,9 @@ import {
   type UploadRef,
 } from "../storage-backend.js";
 import { writeBlob } from "./blob-writer.js";
-import { commitVersion } from "./commit-version.js";
 import type { S3Context } from "./context.js";
 import { BLOB_META, encodeKey, newUploadId } from "./layout.js";
-import { UnknownOutcomeError } from "./record-store.js";
+import type { S3ObjectPort } from "./object-port.js";
 import type { LiveVersion } from "./records.js";
 import { abandoned } from "./store-errors.js";
 import type { UploadStore } from "./upload-store.js";
@@ -31,7 +30,6 @@ import { type PartManifest, toPartInfo, toUpload, type UploadManifest } from "./
 
 export type S3MultipartOptions = {
   partSizeBytes: number;
-  gcGraceMs: number;
   /** Uploads initiated longer ago than this are aborted by sweepAbandoned(). */
   maxAgeMs: number;
 };
@@ -57,15 +55,14 @@ export class S3MultipartStore implements MultipartStore {
   constructor(
     private readonly ctx: S3Context,
     private readonly uploads: UploadStore,
+    private readonly port: S3ObjectPort,
     private readonly opts: S3MultipartOptions,
   ) {}
 
   async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
     this.ctx.assertOpen();
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
     await this.ctx.gate.require(input.bucket);
-    const highestToken = await this.checkHct(input.bucket, input.key, commit);
+    const { highestToken } = await runCommit(this.port, input, { op: "check" }, commit);
     const initiated = this.ctx.clock();
     const manifest: UploadManifest = {
       v: 1,
@@ -111,11 +108,9 @@ export class S3MultipartStore implements MultipartStore {
     let replaced: PartManifest | null;
     try {
       await body.digest;
-      await commit.prepare();
-      if (commit.signal.aborted) throw abandoned();
       await this.ctx.gate.require(bucket);
+      ({ highestToken } = await runCommit(this.port, { bucket, key }, { op: "check" }, commit));
       await this.uploads.require(input); // aborted or completed meanwhile: NoSuchUpload
-      highestToken = await this.checkHct(bucket, key, commit);
       replaced = await this.uploads.part(bucket, uploadId, partNumber);
       await this.uploads.putPart(bucket, uploadId, {
         v: 1,
@@ -152,7 +147,6 @@ export class S3MultipartStore implements MultipartStore {
     );
 
     const blob = this.ctx.layout.newBlobId();
-    const storedAt = performance.now(); // before the assembly: S3 dates the blob by its initiation
     await this.assemble(input, blob, used);
     const version: LiveVersion = {
       blob,
@@ -160,31 +154,23 @@ export class S3MultipartStore implements MultipartStore {
       etag: multipartEtag(used.map((part) => part.md5)),
       lastModified: this.ctx.clock(),
       metadata: structuredClone(manifest.metadata),
+      upload: uploadId,
     };
-    let highestToken: number | null;
     try {
-      highestToken = await commitVersion(this.ctx, {
-        op: "complete",
-        bucket,
-        key,
-        version,
-        commit,
-        storedAt,
-        gcGraceMs: this.opts.gcGraceMs,
-        // After prepare: the upload must still be there, with the parts that were assembled.
-        beforeCommit: async () => {
-          await this.uploads.require(input);
-          for (const part of used) {
-            if ((await this.uploads.part(bucket, uploadId, part.partNumber))?.blob !== part.blob) {
-              throw partReplaced(part.partNumber);
-            }
-          }
-        },
-      });
+      await this.ctx.hooks?.("blob-stored", { op: "complete", bucket, key, attempt: 0 });
+      await this.ctx.gate.require(bucket);
+      // The upload must still be there, with the parts that were assembled.
+      await this.uploads.require(input);
+      for (const part of used) {
+        if ((await this.uploads.part(bucket, uploadId, part.partNumber))?.blob !== part.blob) {
+          throw partReplaced(part.partNumber);
+        }
+      }
     } catch (e) {
-      if (!(e instanceof UnknownOutcomeError)) await this.ctx.removeBlob(bucket, blob);
+      await this.ctx.removeBlob(bucket, blob);
       throw e;
     }
+    const { highestToken } = await runCommit(this.port, { bucket, key }, { op: "put", version }, commit);
     await this.uploads
       .remove(bucket, uploadId)
       .catch((err) =>
@@ -278,19 +264,6 @@ export class S3MultipartStore implements MultipartStore {
       }
     }
     return { removed };
-  }
-
-  /** The HCT rule (and any write conditions) against the record, without raising the HCT. */
-  private async checkHct(bucket: string, key: string, commit: FencedCommit): Promise<number | null> {
-    const { ifMatch, ifNoneMatch } = commit.conditions;
-    const current = await this.ctx.current(bucket, key, {
-      plain: ifMatch !== undefined || ifNoneMatch !== undefined,
-      checkBucket: true,
-    });
-    const hct = current.record?.hct ?? null;
-    applyFence(commit.fence, hct);
-    checkWriteConditions(commit.conditions, current.liveEtag);
-    return hct;
   }
 
   /**

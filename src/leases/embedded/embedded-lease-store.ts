@@ -385,6 +385,11 @@ export function createEmbeddedLeaseStore({
       await domain.run(() => deleteIntent.run(intentId));
     },
 
+    async intentsUnder(resource) {
+      open();
+      return intentsUnder(resource);
+    },
+
     async clearIntents(intentIds) {
       open();
       await domain.run(() => {

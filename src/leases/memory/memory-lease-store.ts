@@ -291,6 +291,10 @@ export function createMemoryLeaseStore({
       await domain.run(() => intents.delete(intentId));
     },
 
+    async intentsUnder(resource) {
+      return intents.under(resource);
+    },
+
     async clearIntents(intentIds) {
       open();
       await domain.run(() => {

@@ -19,7 +19,7 @@ import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
 import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
 import { decodeIntents, decodeLease, decodeLeases, throwIntentRefusal } from "./lease-codec.js";
 import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "./lua/delegate-scripts.js";
-import { BEGIN_COMMIT, FORGET_INTENTS } from "./lua/intent-scripts.js";
+import { BEGIN_COMMIT, FORGET_INTENTS, INTENTS_UNDER } from "./lua/intent-scripts.js";
 import {
   ACQUIRE,
   BREAK,
@@ -120,6 +120,7 @@ const SCRIPTS = {
   installEpoch: new LuaScript("install-epoch", INSTALL_EPOCH),
   beginCommit: new LuaScript("begin-commit", BEGIN_COMMIT),
   forgetIntents: new LuaScript("forget-intents", FORGET_INTENTS),
+  intentsUnder: new LuaScript("intents-under", INTENTS_UNDER),
   addDelegate: new LuaScript("add-delegate", ADD_DELEGATE),
   listDelegates: new LuaScript("list-delegates", LIST_DELEGATES),
   removeDelegate: new LuaScript("remove-delegate", REMOVE_DELEGATE),
@@ -490,6 +491,11 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
 
     async endCommit(intentId) {
       await run(SCRIPTS.forgetIntents, [intentId]);
+    },
+
+    async intentsUnder(resource) {
+      const [kind, s] = resourceArgs(resource);
+      return decodeIntents(await run(SCRIPTS.intentsUnder, [kind, resource.bucket, s]));
     },
 
     async clearIntents(intentIds) {

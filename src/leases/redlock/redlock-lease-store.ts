@@ -17,7 +17,7 @@ import { validateAcquire, validateTtl } from "../memory/validate.js";
 import { EPOCH_SPAN, type EpochStore, MAX_EPOCH } from "../redis/epoch-store.js";
 import { decodeIntents, decodeLease, decodeLeases, throwIntentRefusal } from "../redis/lease-codec.js";
 import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "../redis/lua/delegate-scripts.js";
-import { FORGET_INTENTS } from "../redis/lua/intent-scripts.js";
+import { FORGET_INTENTS, INTENTS_UNDER } from "../redis/lua/intent-scripts.js";
 import {
   COLLECT_EXPIRED,
   FIND_COVERING,
@@ -117,6 +117,7 @@ const S = {
   findCovering: new LuaScript("find-covering", FIND_COVERING),
   findNewer: new LuaScript("find-newer", FIND_NEWER),
   forgetIntents: new LuaScript("forget-intents", FORGET_INTENTS),
+  intentsUnder: new LuaScript("intents-under", INTENTS_UNDER),
   addDelegate: new LuaScript("add-delegate", ADD_DELEGATE),
   listDelegates: new LuaScript("list-delegates", LIST_DELEGATES),
   removeDelegate: new LuaScript("remove-delegate", REMOVE_DELEGATE),
@@ -804,6 +805,15 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
 
     async clearIntents(intentIds) {
       if (intentIds.length > 0) majority(await onAll(S.forgetIntents, intentIds));
+    },
+
+    async intentsUnder(resource) {
+      // An intent was recorded on a majority, which shares an instance with any majority that
+      // answers here; every answer counts (listing one too many only costs a touch).
+      const [kind, s] = resourceArgs(resource);
+      const ok = majority(await onAll(S.intentsUnder, [kind, resource.bucket, s]));
+      const all = new Map(ok.flatMap((a) => decodeIntents(a.reply)).map((i) => [i.intentId, i]));
+      return [...all.values()];
     },
 
     async ping() {

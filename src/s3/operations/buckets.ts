@@ -90,8 +90,9 @@ export const headBucket: S3Operation = async (req, { backend }) => {
   return { status: 200, headers: { "x-amz-bucket-region": "us-east-1" } };
 };
 
-export const deleteBucket: S3Operation = async (req, { backend }) => {
-  await backend.deleteBucket(bucketOf(req));
+export const deleteBucket: S3Operation = async (req, { backend, fencer }) => {
+  // Commits in flight on any replica, so that the deletion is atomic with respect to them.
+  await backend.deleteBucket(bucketOf(req), (bucket) => fencer.inFlight(bucket));
   return { status: 204 };
 };
 

@@ -63,6 +63,12 @@ file_intent(intent_id, kind, b, key, lid, tok, now)
 return {'ok', fmt(last)}
 `;
 
+/** ARGV[3..5]: kind ('k' | 'p'), bucket, key or prefix. Answers (id, bucket, key) triples. */
+export const INTENTS_UNDER = `${PRELUDE}
+if ARGV[3] == 'k' then return intents_under(ARGV[4], ARGV[5], nil) end
+return intents_under(ARGV[4], nil, ARGV[5])
+`;
+
 /** ARGV[3..]: intent ids; unknown ones are ignored (endCommit and clearIntents alike). */
 export const FORGET_INTENTS = `${PRELUDE}
 for i = 3, #ARGV do forget_intent(ARGV[i]) end

@@ -1,0 +1,190 @@
+import { DomainError } from "../../core/errors.js";
+import { ABANDONED_DELETION_MS, inProgress } from "../../fence/bucket-deletion.js";
+import { runCommit } from "../../fence/commit-driver.js";
+import {
+  type BucketMarker,
+  type BucketPhase,
+  type BucketPort,
+  type CasPort,
+  type NextState,
+  type ObjectRef,
+  type Observed,
+  type ReadOptions,
+  type SwapAnswer,
+  type SwapOptions,
+  WRITE_HISTORY,
+} from "../../fence/commit-port.js";
+import type { S3Context } from "./context.js";
+import { parseMarker } from "./bucket-marker.js";
+import { blobTime } from "./layout.js";
+import { type LiveVersion, liveOf, newNonce, type ObjectRecord, type ReadRecord, writesOf } from "./records.js";
+import { noSuchBucket } from "./store-errors.js";
+import type { UploadStore } from "./upload-store.js";
+
+/**
+ * The S3 backend as the commit driver sees it (src/fence/commit-port.ts). An object's state is
+ * its record (`<m>r/<key>`, see records.ts): its store ETag is the compare-and-swap version (every
+ * record holds a fresh nonce, so no ETag is ever seen twice), its `w`/`h` the write history.
+ * A key without a record is the plain object at the key, or nothing.
+ *
+ * The bucket's state is the marker `<m>deleted` (absent: a live bucket; a JSON
+ * {phase, since, nonce}; the bare {deleted} of older versions: deleted), replaced by
+ * compare-and-swap like a record. A write reads it after the record (ReadPurpose "write").
+ */
+
+/** What a read kept of the record, for the swap that names it. */
+type Held = { read: ReadRecord | null; plainEtag: string | null };
+
+export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
+  readonly kind = "cas";
+
+  constructor(
+    private readonly ctx: S3Context,
+    private readonly uploads: UploadStore,
+    private readonly empty: (bucket: string) => Promise<boolean>,
+  ) {}
+
+  async read(ref: ObjectRef, opts: ReadOptions): Promise<Observed> {
+    const { bucket, key } = ref;
+    const read = await this.ctx.records.read(bucket, key, opts.signal);
+    const record = read?.record ?? null;
+    if (opts.purpose === "write") await this.requireWritable(bucket, opts.signal);
+    const lookPlain = opts.etag && (record === null || record.state === "plain");
+    const plain = lookPlain ? await this.ctx.store.head(bucket, key, opts.signal) : null;
+    await this.ctx.hooks?.("record-read", { op: "put", bucket, key, attempt: opts.attempt });
+    const live = liveOf(record);
+    const held: Held = { read, plainEtag: plain?.etag ?? null };
+    return {
+      hct: record?.hct ?? null,
+      etag: live ? live.etag : record?.state === "deleted" ? null : (plain?.etag ?? null),
+      deleted: record?.state === "deleted",
+      stored: record !== null || plain !== null,
+      writes: writesOf(record),
+      version: read?.etag ?? null,
+      raw: held,
+    };
+  }
+
+  async swap(
+    ref: ObjectRef,
+    from: Observed,
+    next: NextState<LiveVersion>,
+    opts: SwapOptions,
+  ): Promise<SwapAnswer> {
+    const previous = (from.raw as Held).read?.record ?? null;
+    const record = this.nextRecord(ref.key, previous, next);
+    const info = { op: hookOp(opts.op), bucket: ref.bucket, key: ref.key, attempt: opts.attempt };
+    await this.ctx.hooks?.("before-record-put", info);
+    const answer = await this.ctx.records.put(ref.bucket, from.version, record);
+    if (answer.outcome === "swapped") {
+      // Committed: nothing after this point may turn the write into a failure.
+      await Promise.resolve(this.ctx.hooks?.("after-record-put", info)).catch((err) =>
+        this.ctx.log?.warn({ err, ...ref }, "s3 backend: a commit hook failed after the commit"),
+      );
+    }
+    return answer;
+  }
+
+  /** The record a change makes of `previous`, with this write's id after the history. */
+  nextRecord(key: string, previous: ObjectRecord | null, next: NextState<LiveVersion>, gc?: number): ObjectRecord {
+    const history = writesOf(previous).slice(-(WRITE_HISTORY - 1));
+    const mark = Math.max(previous?.gc ?? 0, gc ?? 0);
+    const record: ObjectRecord = {
+      v: 1,
+      key,
+      hct: next.hct,
+      nonce: newNonce(),
+      state: "deleted",
+      written: this.ctx.clock(),
+      w: next.writeId,
+      h: history,
+      ...(mark > 0 ? { gc: mark } : {}),
+    };
+    if (next.kind === "put") {
+      record.state = "live";
+      record.live = next.version;
+    } else if (next.kind === "keep") {
+      // Everything as it was; a key without a record keeps showing its plain object, if any.
+      record.state = previous?.state ?? "plain";
+      if (previous?.live) record.live = previous.live;
+    }
+    return record;
+  }
+
+  usable(version: LiveVersion, state: Observed): void {
+    const mark = (state.raw as Held).read?.record.gc ?? 0;
+    if (blobTime(version.blob) < mark) {
+      throw new DomainError(
+        "ServiceUnavailable",
+        "the write took too long between storing its bytes and committing them, and its bytes may have been collected meanwhile; nothing was written, please retry",
+        { retryAfterSeconds: 1 },
+      );
+    }
+  }
+
+  async discard(ref: ObjectRef, version: LiveVersion): Promise<void> {
+    await this.ctx.removeBlob(ref.bucket, version.blob);
+  }
+
+  async replaced(ref: ObjectRef, from: Observed, next: NextState<LiveVersion>): Promise<void> {
+    const old = liveOf((from.raw as Held).read?.record ?? null);
+    if (!old || next.kind === "keep" || (next.kind === "put" && next.version.blob === old.blob)) return;
+    await this.ctx.removeBlob(ref.bucket, old.blob);
+  }
+
+  // ---- the bucket's state ----
+
+  async bucketState(bucket: string): Promise<BucketMarker> {
+    const got = await this.ctx.store.getText(bucket, this.ctx.layout.deletedMarker);
+    if (!got) return { phase: "live", since: 0, version: null };
+    return { ...parseMarker(got.text), version: got.etag };
+  }
+
+  async setBucketState(bucket: string, from: BucketMarker, phase: BucketPhase): Promise<BucketMarker | null> {
+    const since = Date.now();
+    const nonce = newNonce();
+    const put = await this.ctx.store.putConditional(bucket, this.ctx.layout.deletedMarker, {
+      body: Buffer.from(JSON.stringify({ phase, since, nonce })),
+      contentType: "application/json",
+      ...(from.version === null ? { ifNoneMatch: "*" } : { ifMatch: from.version }),
+    });
+    if (put.outcome === "written") return { phase, since, version: put.etag };
+    if (put.outcome === "condition-failed") return null;
+    // Unknown: the marker says what happened (its nonce is this write's).
+    const got = await this.ctx.store.getText(bucket, this.ctx.layout.deletedMarker);
+    return got?.text.includes(nonce) ? { phase, since, version: got.etag } : null;
+  }
+
+  async touch(ref: ObjectRef): Promise<void> {
+    await runCommit(this, ref, { op: "touch" });
+  }
+
+  async isEmpty(bucket: string): Promise<boolean> {
+    return this.empty(bucket);
+  }
+
+  async removeUploads(bucket: string): Promise<void> {
+    for (const upload of await this.uploads.all(bucket)) await this.uploads.remove(bucket, upload.uploadId);
+  }
+
+  /**
+   * NoSuchBucket when the bucket is deleted; OperationAborted while a deletion runs. A deletion
+   * abandoned long ago (its gateway died between its steps) is taken back: the marker goes back
+   * to live, and a deletion that was only paused then fails at its last step.
+   */
+  private async requireWritable(bucket: string, signal?: AbortSignal): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      const got = await this.ctx.store.getText(bucket, this.ctx.layout.deletedMarker, signal);
+      if (!got) return;
+      const marker = parseMarker(got.text);
+      if (marker.phase === "live") return;
+      if (marker.phase === "deleted") throw noSuchBucket(bucket);
+      if (Date.now() - marker.since < ABANDONED_DELETION_MS || attempt > 3) throw inProgress(bucket);
+      await this.setBucketState(bucket, { ...marker, version: got.etag }, "live");
+    }
+  }
+}
+
+function hookOp(op: string): "put" | "complete" | "delete" | "raise" {
+  return op === "delete" ? "delete" : op === "put" ? "put" : "raise";
+}

@@ -1,0 +1,326 @@
+import { randomBytes } from "node:crypto";
+import { DomainError } from "../core/errors.js";
+import { applyFence, checkWriteConditions, type FencedCommit } from "./commit.js";
+import type {
+  CasPort,
+  CommitPort,
+  FenceState,
+  NextState,
+  ObjectRef,
+  Observed,
+  StepPort,
+  SwapAnswer,
+} from "./commit-port.js";
+import { WRITE_HISTORY } from "./commit-port.js";
+
+/**
+ * The one commit protocol of every backend (the port: commit-port.ts).
+ *
+ *   prepare (the lease check through a commit intent, when the lease store is elsewhere)
+ *   → loop { read the state → the HCT rule and the write conditions → the change →
+ *            [step backend: the lease check and the audit record in the step, then the change]
+ *            [compare-and-swap backend: the conditional write] }
+ *
+ * A conditional write has three outcomes, never two. "swapped" landed. "lost" did not (another
+ * write came first): read again and decide again. "unknown" (sent, no answer) may have landed:
+ * the driver reads the state again and learns it from the write history the state keeps: its own
+ * write id there means landed; the state it was conditioned on still in place means it may still
+ * land, so the same request is sent again (at most one copy can land, both name the same state);
+ * a newer state whose history shows another write after the one it was conditioned on means it
+ * never will. What cannot be learnt in time is thrown as OutcomeUnknownError, which carries a
+ * `settle()` that learns it later (and makes sure the request can no longer land), so that the
+ * fencing core answers "unknown", keeps the commit intent, and records the outcome once known.
+ */
+
+/** One commit: what it does to the object. */
+export type CommitSpec<S> =
+  /** A new live version, staged by the backend (PutObject, CopyObject, CompleteMultipartUpload). */
+  | { op: "put"; version: S }
+  /** A tombstone, keeping the HCT (DeleteObject, each key of DeleteObjects). */
+  | { op: "delete" }
+  /** The HCT rule only, nothing written (CreateMultipartUpload, UploadPart). */
+  | { op: "check" }
+  /** HCT := max(HCT, token), nothing else changes (the fencing of commit intents, lease breaks). */
+  | { op: "raise"; token: number }
+  /** The same state again under a new write id: no commit in flight over the old one can land. */
+  | { op: "touch" };
+
+export type CommitResult = {
+  /** The state the commit found: the one it replaced, when it wrote. */
+  before: FenceState;
+  /** The object's HCT once the commit is done. */
+  highestToken: number | null;
+  /** Whether anything was written. */
+  wrote: boolean;
+  /** The store's time of the new state, when it said. */
+  lastModified?: Date;
+};
+
+/** Passes of the loop: each lost pass means another write committed first. */
+const MAX_ATTEMPTS = 64;
+/** Sends of one conditional write while its outcome stays unknown and the state unchanged. */
+const MAX_SENDS = 3;
+
+export const newWriteId = (): string => randomBytes(9).toString("base64url");
+
+/** A write that the client abandoned before anything was sent: nothing was done. */
+export const abandoned = (): DomainError =>
+  new DomainError("IncompleteBody", "the request was abandoned before it completed");
+
+/**
+ * Runs one commit against a backend. `commit` is the fencing core's side of it (absent for a
+ * raise or a touch, which no client asked for). Throws the refusal (a DomainError: nothing was
+ * written), or OutcomeUnknownError. A refused or failed put's staged version is discarded;
+ * after an unknown outcome it is left to the backend's collector.
+ */
+export async function runCommit<S>(
+  port: CommitPort<S>,
+  ref: ObjectRef,
+  spec: CommitSpec<S>,
+  commit?: FencedCommit,
+): Promise<CommitResult> {
+  try {
+    if (commit) {
+      await commit.prepare();
+      if (commit.signal.aborted) throw abandoned();
+    }
+    return port.kind === "step"
+      ? await runStep(port, ref, spec, commit)
+      : await runSwaps(port, ref, spec, commit);
+  } catch (e) {
+    if (spec.op === "put" && !(e instanceof OutcomeUnknownError)) {
+      await port.discard(ref, spec.version).catch(() => undefined);
+    }
+    throw e;
+  }
+}
+
+/**
+ * The decision of every backend on the state read: the HCT rule, the conditions, and the state
+ * to write (null: nothing to write).
+ */
+function decide<S>(
+  spec: CommitSpec<S>,
+  state: FenceState,
+  commit: FencedCommit | undefined,
+  writeId: string,
+): { next: NextState<S> | null; highestToken: number | null } {
+  if (spec.op === "raise") {
+    if (!(Number.isSafeInteger(spec.token) && spec.token >= 0)) {
+      throw new DomainError("InvalidArgument", "a fencing token must be a non-negative integer");
+    }
+    if (state.hct !== null && state.hct >= spec.token) return { next: null, highestToken: state.hct };
+    return { next: { kind: "keep", hct: spec.token, writeId }, highestToken: spec.token };
+  }
+  if (spec.op === "touch") {
+    return { next: { kind: "keep", hct: state.hct, writeId }, highestToken: state.hct };
+  }
+  const hct = applyFence(commit?.fence ?? null, state.hct);
+  if (commit) checkWriteConditions(commit.conditions, state.etag);
+  switch (spec.op) {
+    case "check":
+      // Nothing visible changes: the HCT is checked, not raised.
+      return { next: null, highestToken: state.hct };
+    case "put":
+      return { next: { kind: "put", version: spec.version, hct, writeId }, highestToken: hct };
+    case "delete":
+      // Nothing stored and no HCT to keep; or already a tombstone with this HCT.
+      if ((!state.stored && hct === null) || (state.deleted && state.hct === hct)) {
+        return { next: null, highestToken: hct };
+      }
+      return { next: { kind: "delete", hct, writeId }, highestToken: hct };
+  }
+}
+
+const purposeOf = (spec: CommitSpec<unknown>) =>
+  spec.op === "raise" || spec.op === "touch" ? ("state" as const) : ("write" as const);
+
+/** Whether the commit needs the live ETag of a foreign object too (conditions, a delete's answer). */
+const needsEtag = (spec: CommitSpec<unknown>, commit: FencedCommit | undefined) =>
+  spec.op === "delete" ||
+  commit?.conditions.ifMatch !== undefined ||
+  commit?.conditions.ifNoneMatch !== undefined;
+
+async function runStep<S>(
+  port: StepPort<S>,
+  ref: ObjectRef,
+  spec: CommitSpec<S>,
+  commit: FencedCommit | undefined,
+): Promise<CommitResult> {
+  const writeId = newWriteId();
+  let highestToken: number | null = null;
+  const done = await port.domain.run(() =>
+    port.step(ref, purposeOf(spec), (state) => {
+      const decided = decide(spec, state, commit, writeId);
+      highestToken = decided.highestToken;
+      // Inside the step: the lease check and the audit record when they share the domain.
+      if (commit && spec.op !== "raise" && spec.op !== "touch") commit.atomic({ highestToken });
+      return decided.next;
+    }),
+  );
+  if (done.cleanup) await done.cleanup().catch(() => undefined);
+  return { before: done.state, highestToken, wrote: done.wrote };
+}
+
+async function runSwaps<S>(
+  port: CasPort<S>,
+  ref: ObjectRef,
+  spec: CommitSpec<S>,
+  commit: FencedCommit | undefined,
+): Promise<CommitResult> {
+  const writeId = newWriteId();
+  const purpose = purposeOf(spec);
+  const etag = needsEtag(spec, commit);
+  let observed = await port.read(ref, { purpose, attempt: 1, etag });
+  /** The state the last send whose answer never came was conditioned on. */
+  let uncertain: Observed | null = null;
+  for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
+    const { next, highestToken } = decide(spec, observed, commit, writeId);
+    if (next === null) return { before: observed, highestToken, wrote: false };
+    if (next.kind === "put") port.usable?.(next.version, observed);
+    // Nothing was sent yet: a client that went away is refused. Once sent, a commit is seen
+    // through whatever the client does: its outcome is what gets recorded.
+    if (attempt === 1 && commit?.signal.aborted) throw abandoned();
+    let answer: SwapAnswer = await port.swap(ref, observed, next, { attempt, op: spec.op });
+    for (let sends = 1; ; sends++) {
+      if (answer.outcome === "swapped") {
+        await landedOver(port, ref, observed, next);
+        return {
+          before: observed,
+          highestToken,
+          wrote: true,
+          ...(answer.lastModified ? { lastModified: answer.lastModified } : {}),
+        };
+      }
+      if (answer.outcome === "unknown") uncertain = observed;
+      const now = await readAfter(port, ref, { purpose, attempt, etag }, writeId, uncertain, answer);
+      if (now.writes.includes(writeId)) {
+        // An earlier send landed although its answer was lost (or was a lost race's 412).
+        await landedOver(port, ref, uncertain ?? observed, next);
+        return { before: uncertain ?? observed, highestToken, wrote: true };
+      }
+      if (now.version !== observed.version) {
+        // Moved on: this write's sends were conditioned on a state that is gone for good.
+        if (uncertain !== null && !successorKnown(now, uncertain)) {
+          throw new OutcomeUnknownError(ref, writeId, uncertain, port, answerError(answer));
+        }
+        // The read that found it skipped the bucket's state (a write that may have landed must
+        // not be refused for it): a write decides again on a full read.
+        observed =
+          uncertain !== null && purpose === "write" ? await port.read(ref, { purpose, attempt, etag }) : now;
+        uncertain = null;
+        break;
+      }
+      // Unchanged. A lost race with the state unchanged is S3's transient 409: decide again.
+      if (answer.outcome === "lost") break;
+      // Unknown and unchanged: it may still arrive. The same request again: at most one lands.
+      if (sends >= MAX_SENDS) throw new OutcomeUnknownError(ref, writeId, observed, port, answer.error);
+      answer = await port.swap(ref, observed, next, { attempt, op: spec.op });
+    }
+    await backoff(attempt);
+  }
+  throw new DomainError(
+    "SlowDown",
+    `too many concurrent writes to ${ref.bucket}/${ref.key}: the write was not committed; please retry`,
+    { retryAfterSeconds: 1 },
+  );
+}
+
+/** The state after a send that did not say "swapped"; a failed read leaves an unknown send unknown. */
+async function readAfter<S>(
+  port: CasPort<S>,
+  ref: ObjectRef,
+  opts: { purpose: "write" | "state"; attempt: number; etag: boolean },
+  writeId: string,
+  uncertain: Observed | null,
+  answer: SwapAnswer,
+): Promise<Observed> {
+  try {
+    // A write's bucket check would refuse a write that may already have landed: state only.
+    const purpose = uncertain ? "state" : opts.purpose;
+    return await port.read(ref, { purpose, attempt: opts.attempt + 1, etag: opts.etag });
+  } catch (e) {
+    if (uncertain === null) throw e;
+    throw new OutcomeUnknownError(ref, writeId, uncertain, port, answerError(answer) ?? e);
+  }
+}
+
+async function landedOver<S>(port: CasPort<S>, ref: ObjectRef, from: Observed, next: NextState<S>): Promise<void> {
+  await port.replaced?.(ref, from, next).catch(() => undefined);
+}
+
+const answerError = (answer: SwapAnswer): unknown => (answer.outcome === "unknown" ? answer.error : undefined);
+
+/**
+ * Whether `now`'s history shows which write followed the state `basis`: the write after basis's
+ * own (basis had one), or every write since the key had no history (the history was never cut).
+ * Then a write conditioned on `basis` that is not listed never landed, and never will.
+ */
+function successorKnown(now: Observed, basis: Observed): boolean {
+  const previous = basis.writes.at(-1);
+  if (previous !== undefined) return now.writes.includes(previous);
+  return now.writes.length < WRITE_HISTORY;
+}
+
+const backoff = (attempt: number) =>
+  new Promise<void>((resolve) => setTimeout(resolve, Math.random() * Math.min(100, 2 ** Math.min(attempt, 7))));
+
+/** How a write whose outcome was unknown turned out. */
+export type Settled = "landed" | "not-landed";
+
+/**
+ * A write that was sent and whose outcome could not be learnt in time. Answered as unknown (503
+ * with `x-fence-outcome: unknown`, never as refused). `settle()` learns the outcome: it reads the
+ * state; the write's id in its history means it landed; a newer state that shows another write
+ * after the one this write was conditioned on means it never landed; the state unchanged means
+ * the request may still arrive, so the same state is written again under a new write id (a
+ * touch), after which it cannot land. It throws while the store cannot tell (unreachable, or the
+ * history no longer reaches back): call it again later.
+ */
+export class OutcomeUnknownError extends DomainError {
+  // Private fields: never serialized with the error (logs).
+  readonly #basis: Observed;
+  readonly #port: CasPort<unknown>;
+
+  constructor(
+    readonly ref: ObjectRef,
+    readonly writeId: string,
+    basis: Observed,
+    port: CasPort<unknown>,
+    cause: unknown,
+  ) {
+    super(
+      "ServiceUnavailable",
+      `the store did not answer the commit of ${ref.bucket}/${ref.key} in time: the write may or may not have landed; the gateway will learn which and record it (${describe(cause)})`,
+      { outcome: "unknown" },
+      { cause },
+    );
+    this.#basis = basis;
+    this.#port = port;
+  }
+
+  async settle(): Promise<Settled> {
+    for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
+      const now = await this.#port.read(this.ref, { purpose: "state", attempt, etag: false });
+      if (now.writes.includes(this.writeId)) return "landed";
+      if (now.version !== this.#basis.version) {
+        if (successorKnown(now, this.#basis)) return "not-landed";
+        throw new Error(
+          `the history of ${this.ref.bucket}/${this.ref.key} no longer reaches back to write ${this.writeId}`,
+        );
+      }
+      // Still the state the write named: a touch over it, and the write can never land.
+      const touched = await this.#port.swap(
+        this.ref,
+        now,
+        { kind: "keep", hct: now.hct, writeId: newWriteId() },
+        { attempt, op: "touch" },
+      );
+      if (touched.outcome === "swapped") return "not-landed";
+      // Lost (the write, or another, landed meanwhile) or unknown: look again.
+    }
+    throw new Error(`the outcome of write ${this.writeId} to ${this.ref.bucket}/${this.ref.key} stays unknown`);
+  }
+}
+
+const describe = (e: unknown) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));

@@ -1,0 +1,187 @@
+import type { TxDomain } from "../core/tx.js";
+
+/**
+ * The port a storage backend implements so that the commit driver (commit-driver.ts) can run
+ * every write against it. The backend keeps bytes and state; the driver owns the protocol: the
+ * HCT rule, the write conditions, the lease check (in the step, or through a commit intent), the
+ * compare-and-swap loop, what a lost or late answer means, and the cleanup of a refused write.
+ *
+ * Two kinds of backend:
+ * - a **step** backend (the embedded fs backend, memory) can run code inside one atomic step of
+ *   its domain: the driver reads, decides and changes in that one step (StepPort);
+ * - a **compare-and-swap** backend (S3, Azure) can only read an object's state and replace it
+ *   conditionally: the driver reads, decides, and swaps only if the state is still the one read
+ *   (CasPort). Every state it stores keeps the ids of the last WRITE_HISTORY writes that made
+ *   it, so that a write whose answer was lost can be recognised later.
+ *
+ * Staging (the bytes of a new version, written where no reader sees them) is the backend's own
+ * business before the driver runs; the driver hands the staged version back in the change, and
+ * asks the backend to discard it when the write does not land.
+ */
+
+/** An object as the fencing rules see it: a key of a gateway bucket. */
+export type ObjectRef = { bucket: string; key: string };
+
+/** How many write ids a stored state keeps: its own and those of the states before it. */
+export const WRITE_HISTORY = 32;
+
+/** An object's fencing state, as one read of the store found it. */
+export type FenceState = {
+  /** The highest committed token (live or deleted); null when no fenced write reached it. */
+  hct: number | null;
+  /** The ETag S3 clients see for the live object; null when there is no live object. */
+  etag: string | null;
+  /** A tombstone is stored: the object is deleted and its HCT kept. */
+  deleted: boolean;
+  /** Something is stored for the key (a live object, a tombstone, an HCT, a foreign object). */
+  stored: boolean;
+  /**
+   * The ids of the writes that made this state and the states before it, oldest first, at most
+   * WRITE_HISTORY; empty for a state no fencegate write made (or one written before ids were kept).
+   */
+  writes: readonly string[];
+};
+
+/** A state read from a compare-and-swap backend, with what a conditional write must name. */
+export type Observed = FenceState & {
+  /**
+   * The compare-and-swap token of this state: different after every write, never seen again
+   * once replaced (a record's ETag with a fresh nonce, an Azure ETag); null when nothing is
+   * stored at the key (the swap then creates it only if it is still absent).
+   */
+  version: string | null;
+  /** The backend's own view of the state, for the swap that names it (opaque to the driver). */
+  raw?: unknown;
+};
+
+/** What a write makes of the object. `S` is the backend's staged version. */
+export type Change<S> =
+  /** A new live version (PutObject, CopyObject, CompleteMultipartUpload). */
+  | { kind: "put"; version: S }
+  /** A tombstone: the object is gone, the HCT stays. */
+  | { kind: "delete" }
+  /** Bytes and metadata as they are; only the HCT (a raise) or the write id (a touch) change. */
+  | { kind: "keep" };
+
+export type NextState<S> = Change<S> & {
+  /** The HCT the new state carries. */
+  hct: number | null;
+  /** The id of this write, kept in the new state's history. */
+  writeId: string;
+};
+
+/** How a conditional write ended. */
+export type SwapAnswer =
+  /** It landed. `lastModified`: the store's time of the new state, when it says. */
+  | { outcome: "swapped"; lastModified?: Date }
+  /** The store refused it: the state was no longer the one named. Nothing changed. */
+  | { outcome: "lost" }
+  /** It was sent and no answer came (lost, late, cut off, a 5xx): it may have landed. */
+  | { outcome: "unknown"; error: unknown };
+
+/** What a read is for. */
+export type ReadPurpose =
+  /**
+   * A write: the object's state first, then the bucket's (NoSuchBucket when it is deleted,
+   * OperationAborted while it is being deleted). The order matters: a bucket deletion marks the
+   * bucket, then changes the state of every object with a commit in flight, so that a write
+   * that saw the bucket unmarked read the object before the change and its swap fails.
+   */
+  | "write"
+  /** A raise, a touch or a settlement: the object's state only, whatever the bucket's state. */
+  | "state";
+
+export type ReadOptions = {
+  purpose: ReadPurpose;
+  attempt: number;
+  /**
+   * Whether the live object's ETag (and whether anything is stored) must be known even where
+   * that costs another request (a foreign object at a key without fencegate state): for write
+   * conditions and deletes. Otherwise `etag` and `stored` may leave such an object out.
+   */
+  etag: boolean;
+  signal?: AbortSignal;
+};
+
+export type SwapOptions = { attempt: number; op: string };
+
+/** A backend that can only read and conditionally replace an object's state (S3, Azure). */
+export interface CasPort<S> {
+  readonly kind: "cas";
+  /** The object's state; NoSuchBucket (and, for writes, OperationAborted, see ReadPurpose). */
+  read(ref: ObjectRef, opts: ReadOptions): Promise<Observed>;
+  /**
+   * Replaces the state `from` with `next`, only if the stored state is still `from` (its
+   * version; absent when `from.version` is null). The new state keeps `next.writeId` after
+   * `from.writes` (the last WRITE_HISTORY). Sent once: never retried inside, so that "lost" is
+   * true of this very request. Throws a DomainError only when the store certainly did nothing.
+   */
+  swap(ref: ObjectRef, from: Observed, next: NextState<S>, opts: SwapOptions): Promise<SwapAnswer>;
+  /**
+   * Throws (a DomainError) when a staged version can no longer be committed over `state`: its
+   * bytes were discarded by a concurrent commit, or they are older than the garbage collector's
+   * mark on the object. Called after the HCT rule and the conditions passed.
+   */
+  usable?(version: S, state: Observed): void;
+  /** Removes a staged version that will never be committed (best effort). */
+  discard(ref: ObjectRef, version: S): Promise<void>;
+  /** After `next` landed over `from`: frees what only `from` used (best effort). */
+  replaced?(ref: ObjectRef, from: Observed, next: NextState<S>): Promise<void>;
+}
+
+/** What a step backend's atomic step did. */
+export type StepResult = {
+  /** The state the step found. */
+  state: FenceState;
+  /** Whether it changed anything. */
+  wrote: boolean;
+  /** Frees what the replaced state used, after the step (best effort). */
+  cleanup?: () => Promise<void>;
+};
+
+/** A backend that runs code inside one atomic step of its domain (embedded fs, memory). */
+export interface StepPort<S> {
+  readonly kind: "step";
+  readonly domain: TxDomain;
+  /**
+   * Synchronously, inside one step of `domain` (the driver calls it within domain.run): reads
+   * the object's state (NoSuchBucket when the bucket is missing and `purpose` is "write"), lets
+   * `decide` judge it (it throws refusals), and applies the change it returns (null: nothing).
+   */
+  step(ref: ObjectRef, purpose: ReadPurpose, decide: (state: FenceState) => NextState<S> | null): StepResult;
+  /** Removes a staged version that will never be committed (best effort). */
+  discard(ref: ObjectRef, version: S): Promise<void>;
+}
+
+export type CommitPort<S> = CasPort<S> | StepPort<S>;
+
+/**
+ * Bucket deletion on a compare-and-swap backend: a bucket's state is one conditionally replaced
+ * marker, and writes read it after the object's state (ReadPurpose "write").
+ */
+export interface BucketPort {
+  /** The bucket's state and the version of its marker. NoSuchBucket when the store has no such bucket. */
+  bucketState(bucket: string): Promise<BucketMarker>;
+  /**
+   * Replaces the marker `from` with a marker of `phase`, only if it is still `from`. Null when it
+   * was not (another deletion, or a write that took an abandoned deletion back).
+   */
+  setBucketState(bucket: string, from: BucketMarker, phase: BucketPhase): Promise<BucketMarker | null>;
+  /** The same state again under a new write id (a touch: see CommitSpec in commit-driver.ts). */
+  touch(ref: ObjectRef): Promise<void>;
+  /** Whether the bucket holds no live object (tombstones and fencegate's own objects aside). */
+  isEmpty(bucket: string): Promise<boolean>;
+  /** Removes the bucket's multipart uploads (once it is deleted). */
+  removeUploads(bucket: string): Promise<void>;
+}
+
+/** live: a bucket; deleting: writes are refused while a deletion runs; deleted: gone. */
+export type BucketPhase = "live" | "deleting" | "deleted";
+
+export type BucketMarker = {
+  phase: BucketPhase;
+  /** When the phase was set (ms since the epoch, the writer's clock); 0 when unknown. */
+  since: number;
+  /** The marker's compare-and-swap token; null when there is no marker (a live bucket). */
+  version: string | null;
+};
