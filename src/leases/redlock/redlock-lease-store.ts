@@ -168,7 +168,10 @@ const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] 
  *
  * Commit intents (rule 4): beginCommit checks the lease and records the intent on every instance,
  * and needs a majority; an acquire that finds an intent on any instance it asks answers `fence`
- * when its token was accepted by a majority. This is safe because the majority that recorded the
+ * when its token was taken by a majority (granted or fenced there). A single `fence` among the
+ * answers is a fence, however many instances granted: nothing is granted then, and an intent left
+ * on some instances only (an endCommit or a clearIntents that reached only the others) is fenced
+ * once more and cleared, never ignored. This is safe because the majority that recorded the
  * intent and the majority a grant needs share at least one instance: on that instance either the
  * intent came first (it answers `fence`, so the grant cannot count it) or the grant came first
  * (the lease was then no longer current there, so beginCommit could not count it). An intent
@@ -535,7 +538,10 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         stale++;
       }
     }
-    if (granted.length >= Q) {
+    // One instance answering `fence` is enough to stop the grant, however many granted: it holds
+    // an intent the others do not (they lost it with their data, or an endCommit or clearIntents
+    // reached only them), and only a fence tells the intent's object and this grant apart.
+    if (granted.length >= Q && fenced === 0) {
       if (validityLeft(input.ttlMs, startedAt) > 0) {
         const expired = tally(granted.map((g) => g.expired)).map((e) => e.lease);
         return { granted: true, lease: merge(granted.map((g) => g.lease)), expired };
@@ -543,8 +549,10 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       await discard(id, grantedAnywhere);
       return { retry: "the grant took longer than its TTL allows (slow instances or clock drift)" };
     }
-    // No majority: the lease is undone wherever it was granted.
+    // Not granted: the lease is undone wherever it was granted.
     await discard(id, grantedAnywhere);
+    // The fence token is t, taken by every instance that granted or fenced: by a majority here,
+    // so that no later grant can be given it.
     if (fenced > 0 && fenced + granted.length >= Q) {
       const unique = new Map(intents.map((i) => [i.intentId, i]));
       return { granted: false, fence: { token: t, intents: [...unique.values()] } };
