@@ -90,12 +90,7 @@ async function quorum(opts: { commandTimeoutMs?: number } = {}): Promise<Quorum>
 
   const counts = (i: number) => {
     const inst = store.instances()[i]!;
-    return (
-      inst.connected &&
-      inst.unsafe === null &&
-      inst.quarantinedUntil <= clock() &&
-      inst.intentsPending !== true
-    );
+    return inst.connected && inst.unsafe === null && inst.quarantinedUntil <= clock() && !inst.intentsPending;
   };
   const settleFloors = () => store.checkFloors().catch(() => undefined);
   return {
