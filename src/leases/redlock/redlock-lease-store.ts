@@ -38,7 +38,9 @@ import {
   DISCARD,
   INSTALL_FLOOR,
   READ_FLOOR,
+  READ_INTENTS,
   RESTORE,
+  SETTLE_INTENTS,
 } from "./lua/redlock-scripts.js";
 
 export type RedlockLeaseStoreOptions = {
@@ -84,9 +86,22 @@ export type RedlockLeaseStore = LeaseStore & {
   breakLease(leaseId: string): Promise<BreakResult>;
   /** Resolves true once a majority is connected with known floors, false after `timeoutMs`. */
   ready(timeoutMs: number): Promise<boolean>;
-  /** Per instance: its URL (without password), whether it answers, and its quarantine end (ms, 0 = none). */
-  instances(): { url: string; connected: boolean; quarantinedUntil: number; unsafe: string | null }[];
-  /** Reads every instance's floor now, installing it where it is unknown (also runs by itself). */
+  /**
+   * Per instance: its URL (without password), whether it answers, its quarantine end (ms, 0 =
+   * none), whether it waits for its commit intents to be settled after a loss of data, and the
+   * unsafe settings that keep it out of the quorum.
+   */
+  instances(): {
+    url: string;
+    connected: boolean;
+    quarantinedUntil: number;
+    intentsPending: boolean;
+    unsafe: string | null;
+  }[];
+  /**
+   * Reads every instance's floor now, installing it (with the live commit intents) where it is
+   * unknown, and settling the intents of instances whose quarantine is over (also runs by itself).
+   */
   checkFloors(): Promise<void>;
   /** Checks every connected instance's settings now (also on every connect and every checkEveryMs). */
   checkSettings(): Promise<void>;
@@ -99,10 +114,19 @@ const COLLECT_LIMIT = 1000;
 /** How long a new store waits for every instance to connect before it installs floors without them. */
 const STARTUP_GRACE_MS = 2_000;
 const SWEEP_LIMIT = 500;
+/** Keys one READ_INTENTS page looks at. */
+const INTENT_PAGE = 1000;
+/**
+ * How long an instance whose intents could not be settled (too few others answered) waits before
+ * the next attempt: each reads every intent of the others, and floors are read on every grant.
+ */
+const SETTLE_RETRY_MS = 1_000;
 
 const S = {
   readFloor: new LuaScript("redlock-read-floor", READ_FLOOR),
   installFloor: new LuaScript("redlock-install-floor", INSTALL_FLOOR),
+  readIntents: new LuaScript("redlock-read-intents", READ_INTENTS),
+  settleIntents: new LuaScript("redlock-settle-intents", SETTLE_INTENTS),
   acquire: new LuaScript("redlock-acquire", ACQUIRE_AT),
   discard: new LuaScript("redlock-discard", DISCARD),
   breakLease: new LuaScript("redlock-break", BREAK_AT),
@@ -129,6 +153,15 @@ type Instance = {
   redis: Redis;
   /** The end of its quarantine (store clock, ms); 0 when none is known. */
   quarantinedUntil: number;
+  /**
+   * It lost its data and its commit intents are not settled yet (the `ip` mark of its floor): it
+   * does not count, whatever its quarantine says.
+   */
+  intentsPending: boolean;
+  /** The quarantine end for which "its intents cannot be settled yet" was last logged. */
+  settleWarnedFor?: number;
+  /** When (Date.now()) to try settling its intents again after too few instances answered. */
+  settleRetryAt?: number;
   /** Settings that break mutual exclusion (an eviction policy), or null: it does not count while set. */
   unsafe: string | null;
 };
@@ -136,7 +169,7 @@ type Instance = {
 /** One instance's answer: its reply, or the error that stands for "did not answer". */
 type Answer = { inst: Instance; reply: unknown; error?: undefined } | { inst: Instance; error: Error };
 
-type Floor = { inst: Instance; known: boolean; last: number; epoch: number; q: number };
+type Floor = { inst: Instance; known: boolean; last: number; epoch: number; q: number; pending: boolean };
 
 const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] =>
   l.key !== undefined ? ["k", l.key] : ["p", l.prefix ?? ""];
@@ -161,19 +194,29 @@ const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] 
  * epoch in an EpochStore outside Redis: when fewer than a majority know their floor (several lost
  * their data), a new epoch is created durably and installed before anything is granted.
  *
- * An instance whose floor is unknown (a restart changed its run id, or its data is gone) gets the
- * floor of the others (or a new epoch) and a quarantine of `quarantineMs` (the longest lease
- * TTL): until it ends, its answers do not count toward any majority, because it forgot leases
- * that may still be held. It is checked on every token operation, every (re)connect and every
- * `checkEveryMs`.
+ * An instance whose floor is unknown (a restart changed its run id, or its data is gone) is
+ * repaired: in one script it gets the floor of the others (or a new epoch), a quarantine of
+ * `quarantineMs` (the longest lease TTL) and the commit intents the others hold. Until the
+ * quarantine ends its answers do not count toward any majority, because it forgot leases that may
+ * still be held; then its intents are settled (the others' intents copied again, from enough of
+ * them that no live intent can be missing), and only then does it count again. It is checked on
+ * every token operation, every (re)connect and every `checkEveryMs`.
  *
  * Commit intents (rule 4): beginCommit checks the lease and records the intent on every instance,
  * and needs a majority; an acquire that finds an intent on any instance it asks answers `fence`
- * when its token was accepted by a majority. This is safe because the majority that recorded the
- * intent and the majority a grant needs share at least one instance: on that instance either the
- * intent came first (it answers `fence`, so the grant cannot count it) or the grant came first
- * (the lease was then no longer current there, so beginCommit could not count it). An intent
- * recorded on only a minority is removed again, and the commit refused.
+ * when its token was taken by a majority (granted or fenced there). A single `fence` among the
+ * answers is a fence, however many instances granted: nothing is granted then. This is safe
+ * because the majority that recorded the intent and the majority a grant needs share at least one
+ * instance: on that instance either the intent came first (it answers `fence`, so the grant does
+ * not happen) or the grant came first (the lease was then no longer current there, so beginCommit
+ * could not count it). Losses of data do not break that shared instance, one loss at a time: a
+ * repaired instance holds every live intent again before it counts (see "commit intents of an
+ * instance that lost its data" below). A simultaneous loss of a majority loses the intents only
+ * they held, as it loses the leases only they held. An intent recorded on only a minority is
+ * removed again, and the commit refused. An intent that an endCommit, a clearIntents or a break's
+ * fence left on some instances (they reached only the others) is never ignored: the next grant
+ * over its object that reaches one of them fences it once more (an extra raise of the HCT, no
+ * harm), and clears it.
  *
  * An instance whose eviction policy can drop lease records (../redis/redis-settings.ts, checked on
  * every connect and every `checkEveryMs`) does not count either, until it is fixed.
@@ -207,7 +250,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       connectTimeout: timeoutMs,
       retryStrategy: (times) => Math.min(50 * times, 1_000),
     });
-    const inst: Instance = { index, where, redis, quarantinedUntil: 0, unsafe: null };
+    const inst: Instance = { index, where, redis, quarantinedUntil: 0, intentsPending: false, unsafe: null };
     let lastError = "";
     redis.on("error", (e: Error) => {
       if (e.message !== lastError) opts.log?.warn({ err: e.message, redis: where }, "Redlock lease store");
@@ -230,7 +273,8 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     new DomainError("LeaseStoreUnavailable", `the Redlock lease store (${where}) is unavailable: ${why}`);
 
   /** Whether an instance's answers count toward a majority now. */
-  const eligible = (inst: Instance) => inst.quarantinedUntil <= clock() && inst.unsafe === null;
+  const eligible = (inst: Instance) =>
+    inst.quarantinedUntil <= clock() && !inst.intentsPending && inst.unsafe === null;
 
   /**
    * An instance whose eviction policy can drop lease records (see ../redis/redis-settings.ts)
@@ -299,8 +343,11 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     const parts = answers.map((a) => {
       if (a.error) return `${a.inst.where}: ${a.error.message}`;
       if (a.inst.unsafe !== null) return `${a.inst.where}: unsafe settings: ${a.inst.unsafe}`;
-      if (!eligible(a.inst)) {
+      if (a.inst.quarantinedUntil > clock()) {
         return `${a.inst.where}: in quarantine until ${new Date(a.inst.quarantinedUntil).toISOString()} (it lost its data)`;
+      }
+      if (a.inst.intentsPending) {
+        return `${a.inst.where}: out of the quorum until the commit intents it lost are restored from the other instances (it lost its data)`;
       }
       return `${a.inst.where}: ok`;
     });
@@ -316,15 +363,19 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     const floors: Floor[] = [];
     for (const a of answers) {
       if (a.error) continue;
-      const [status, last, epoch, q] = a.reply as [string, string, string, string];
+      const [status, last, epoch, q, , pending] = a.reply as string[];
       const floor = {
         inst: a.inst,
         known: status === "ok",
         last: Number(last),
         epoch: Number(epoch),
         q: Number(q),
+        pending: pending === "1",
       };
-      if (floor.known) a.inst.quarantinedUntil = floor.q;
+      if (floor.known) {
+        a.inst.quarantinedUntil = floor.q;
+        a.inst.intentsPending = floor.pending;
+      }
       floors.push(floor);
     }
     return floors;
@@ -349,24 +400,30 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       // Nothing is installed without a majority answering, nor before every instance answered
       // once (or STARTUP_GRACE_MS passed): at start-up the instances connect one by
       // one, and one that connects late would otherwise look like one that lost its data.
-      if (unknown.length === 0 || read.length < Q || !startupSettled(read.length)) return read;
+      if (unknown.length === 0 || read.length < Q || !startupSettled(read.length)) {
+        await settleDue(read);
+        return read;
+      }
       if (known.length >= Q) {
         // A majority knows its floor: their highest counter is at or above every token granted
         // (every grant's majority shares an instance with them). The newcomer lost leases that
-        // may still be held: it stays out of the quorum for the longest TTL.
+        // may still be held: it stays out of the quorum for the longest TTL. It lost commit
+        // intents too: it gets those the others hold in the same step as its floor.
         const last = Math.max(...known.map((f) => f.last));
         const epoch = Math.max(...known.map((f) => f.epoch));
+        const { intents } = await intentsOf(known.map((f) => f.inst));
         const q = clock() + opts.quarantineMs;
         await onAll(
           S.installFloor,
-          [epoch, last, q],
+          [epoch, last, q, ...intents],
           unknown.map((f) => f.inst),
         );
         for (const f of unknown) {
           f.inst.quarantinedUntil = q;
+          f.inst.intentsPending = true;
           opts.log?.warn(
-            { redis: f.inst.where, until: new Date(q).toISOString() },
-            "Redlock lease store: an instance lost its data (restarted or emptied); it stays out of the quorum until its quarantine ends",
+            { redis: f.inst.where, until: new Date(q).toISOString(), intents: intents.length / 6 },
+            "Redlock lease store: an instance lost its data (restarted or emptied); it stays out of the quorum until its quarantine ends and its commit intents are settled",
           );
         }
       } else {
@@ -397,15 +454,123 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         `the token floor is unknown and the epoch store cannot advance it: ${(e as Error).message}`,
       );
     }
-    // The very first epoch of a deployment follows no loss: no quarantine.
+    // The very first epoch of a deployment follows no loss: no quarantine, and no intent anywhere.
     const q = first ? 0 : clock() + opts.quarantineMs;
+    // Those that lost their data get whatever intents the others still hold (fewer than a
+    // majority know their floor here: their settling at the end of the quarantine decides).
+    const lost = read.filter((f) => !f.known);
+    const { intents } =
+      q > 0 && lost.length > 0
+        ? await intentsOf(read.filter((f) => f.known).map((f) => f.inst))
+        : { intents: [] };
     await onAll(
       S.installFloor,
-      [epoch, epoch * EPOCH_SPAN, q],
+      [epoch, epoch * EPOCH_SPAN, q, ...intents],
       read.map((f) => f.inst),
     );
-    for (const f of read) if (!f.known && q > 0) f.inst.quarantinedUntil = q;
+    for (const f of lost) {
+      if (q === 0) continue;
+      f.inst.quarantinedUntil = q;
+      f.inst.intentsPending = true;
+    }
     opts.log?.info({ epoch, redis: where }, "Redlock lease store: token epoch");
+  }
+
+  // ---- commit intents of an instance that lost its data ----
+  //
+  // A commit intent counts only when a majority recorded it (beginCommit), so that it shares an
+  // instance with the majority of any later grant. An instance that loses its data loses its
+  // copies, and two such losses, one at a time, could leave a majority of repaired instances that
+  // know nothing of an intent the third still holds. So a repaired instance counts again only
+  // once it holds every intent the others hold, copied in two steps:
+  //
+  // 1. with its floor, in the same script (INSTALL_FLOOR): the union of the intents of the
+  //    instances whose floor is known;
+  // 2. at the end of its quarantine (SETTLE_INTENTS), the union again, read then from at least
+  //    N − Q + 1 other instances that are not waiting for their own intents (or from every
+  //    instance, when all answer: after a loss of a majority nothing more can be known). Until
+  //    that step succeeds, its floor carries the mark `ip` and it counts toward no majority, on
+  //    every replica of the gateway (the mark lives in the instance, not here).
+  //
+  // Why that is enough: with one instance lost at a time, a live intent is still held by at least
+  // Q − 1 of the N − 1 others, and any N − Q + 1 of them include one of those.
+  //
+  // An intent recorded while the repair runs is never needed on the repaired instance: beginCommit
+  // counts an instance only while it counts toward a majority, which a repaired instance does
+  // only after step 2; such an intent was therefore recorded by a majority of other instances,
+  // which every later grant's majority meets. Step 2 also comes late enough to catch an intent
+  // whose recording had reached the lost instance before its loss (and was counted there) but
+  // reached the others only after step 1 had read them: the others answered beginCommit within
+  // its command timeout, far shorter than a quarantine.
+  //
+  // An intent forgotten while the repair runs (endCommit, or clearIntents after a fence) may be
+  // copied back by a step that read it just before: it stays on the repaired instance alone. It is
+  // never ignored: the next acquire over its object that reaches that instance answers `fence`
+  // (a single fence is enough, see acquireOnce), the object's HCT is raised once more above a
+  // token nobody holds, and clearIntents removes it everywhere. It costs that one extra fence, and
+  // until then a few bytes in Redis, as an intent left by a gateway that crashed mid-commit does.
+
+  /**
+   * The union of the commit intents `from` hold (six values each, as READ_INTENTS lists them),
+   * and which of them answered. An instance that does not answer in full counts as not answering.
+   */
+  async function intentsOf(from: readonly Instance[]): Promise<{ answered: Instance[]; intents: string[] }> {
+    const read = await Promise.all(
+      from.map(async (inst) => {
+        const found = new Map<string, string[]>();
+        let cursor = "0";
+        do {
+          const a = await runOn(inst, S.readIntents, [cursor, INTENT_PAGE], String(clock()));
+          if (a.error) return null;
+          const [next, flat] = a.reply as [string, unknown[]];
+          for (let i = 0; i + 5 < flat.length; i += 6) {
+            found.set(String(flat[i]), flat.slice(i, i + 6).map(String));
+          }
+          cursor = String(next);
+        } while (cursor !== "0");
+        return { inst, found };
+      }),
+    );
+    const union = new Map<string, string[]>();
+    const answered: Instance[] = [];
+    for (const r of read) {
+      if (r === null) continue;
+      answered.push(r.inst);
+      for (const [id, intent] of r.found) union.set(id, intent);
+    }
+    return { answered, intents: [...union.values()].flat() };
+  }
+
+  /** Step 2 for every instance whose quarantine is over and whose intents are not settled yet. */
+  async function settleDue(read: Floor[]): Promise<void> {
+    const now = clock();
+    for (const f of read) {
+      if (!f.known || !f.pending || f.q > now || Date.now() < (f.inst.settleRetryAt ?? 0)) continue;
+      const others = read.filter((o) => o.known && o.inst !== f.inst);
+      const { answered, intents } = await intentsOf(others.map((o) => o.inst));
+      const settledSources = others.filter((o) => !o.pending && answered.includes(o.inst)).length;
+      const everyone = read.length === N && answered.length === others.length;
+      if (settledSources < N - Q + 1 && !everyone) {
+        f.inst.settleRetryAt = Date.now() + SETTLE_RETRY_MS;
+        if (f.inst.settleWarnedFor !== f.q) {
+          f.inst.settleWarnedFor = f.q;
+          opts.log?.warn(
+            { redis: f.inst.where, answered: answered.map((i) => i.where) },
+            `Redlock lease store: an instance that lost its data stays out of the quorum until ${N - Q + 1} other instances tell it their commit intents`,
+          );
+        }
+        continue;
+      }
+      const [a] = await onAll(S.settleIntents, intents, [f.inst]);
+      if (a && a.error === undefined && (a.reply as unknown[])[0] === "settled") {
+        f.pending = false;
+        f.inst.intentsPending = false;
+        opts.log?.info(
+          { redis: f.inst.where, intents: intents.length / 6 },
+          "Redlock lease store: an instance that lost its data has its commit intents back and counts again",
+        );
+      }
+    }
   }
 
   async function checkFloors(): Promise<void> {
@@ -536,7 +701,10 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         stale++;
       }
     }
-    if (granted.length >= Q) {
+    // One instance answering `fence` is enough to stop the grant, however many granted: it holds
+    // an intent the others do not (they lost it with their data, or an endCommit or clearIntents
+    // reached only them), and only a fence tells the intent's object and this grant apart.
+    if (granted.length >= Q && fenced === 0) {
       if (validityLeft(input.ttlMs, startedAt) > 0) {
         const expired = tally(granted.map((g) => g.expired)).map((e) => e.lease);
         return { granted: true, lease: merge(granted.map((g) => g.lease)), expired };
@@ -544,8 +712,10 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       await discard(id, grantedAnywhere);
       return { retry: "the grant took longer than its TTL allows (slow instances or clock drift)" };
     }
-    // No majority: the lease is undone wherever it was granted.
+    // Not granted: the lease is undone wherever it was granted.
     await discard(id, grantedAnywhere);
+    // The fence token is t, taken by every instance that granted or fenced: by a majority here,
+    // so that no later grant can be given it.
     if (fenced > 0 && fenced + granted.length >= Q) {
       const unique = new Map(intents.map((i) => [i.intentId, i]));
       return { granted: false, fence: { token: t, intents: [...unique.values()] } };
@@ -860,6 +1030,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         url: i.where,
         connected: i.redis.status === "ready",
         quarantinedUntil: i.quarantinedUntil,
+        intentsPending: i.intentsPending,
         unsafe: i.unsafe,
       }));
     },

@@ -2,8 +2,9 @@
  * The Redlock store on five real redis-servers, with instances killed (SIGKILL) and restarted
  * empty: grants go on with two down and fail fast with three down; an instance that comes back
  * without its data stays out of the quorum until its quarantine ends (a lease granted by a bare
- * majority cannot be granted again by the instances that forgot it); tokens stay strictly
- * increasing throughout. Then two stores (two gateway replicas) race for one key on three servers.
+ * majority cannot be granted again by the instances that forgot it) and enough other instances
+ * told it their commit intents; tokens stay strictly increasing throughout. Then two stores (two
+ * gateway replicas) race for one key on three servers.
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../../src/core/clock.js";
@@ -104,14 +105,26 @@ describe("redlock quorum of five", () => {
     expect((quarantined as DomainError).code).toBe("LeaseStoreUnavailable");
     expect((quarantined as DomainError).message).toMatch(/quarantine/);
 
-    // Once the quarantine ends, it counts again.
+    // Its quarantine ends, but with two others down it cannot learn every commit intent that
+    // may still be live (one recorded by it and the two down ones): it still does not count.
     await until(() => store.instances()[0]!.quarantinedUntil <= Date.now());
-    for (let i = 0; i < 3; i++) await grant();
+    await store.checkFloors();
+    const unsettled = await store
+      .tryAcquire({ resource: { bucket: "b", key: "none" }, ttlMs: 60_000, owner: "o" })
+      .catch((e: unknown) => e);
+    expect((unsettled as DomainError).code).toBe("LeaseStoreUnavailable");
+    expect((unsettled as DomainError).message).toMatch(/commit intents/);
+    expect(store.instances()[0]!.intentsPending).toBe(true);
 
-    // The others come back empty too; grants go on through the healthy majority.
+    // The others come back empty too. Once every instance answers, those that lost their data
+    // take what the others hold, and after their quarantines grants go on.
     redis[1] = await redis[1]!.restart();
     redis[2] = await redis[2]!.restart();
     await until(() => store.instances().every((i) => i.connected));
+    await until(async () => {
+      await store.checkFloors();
+      return store.instances().every((i) => i.quarantinedUntil <= Date.now() && !i.intentsPending);
+    });
     for (let i = 0; i < 3; i++) await grant();
 
     for (let i = 1; i < tokens.length; i++) expect(tokens[i]!).toBeGreaterThan(tokens[i - 1]!);
@@ -240,8 +253,11 @@ describe("an instance back without its data", () => {
     expect(await redis[2]!.command("EXISTS", key)).toBe(0);
     await store.renew(r.lease.leaseId, 30_000);
     expect(await redis[2]!.command("EXISTS", key)).toBe(1);
-    // With B cut off and the quarantine over, A and C decide: both hold the prefix lease.
-    await until(() => store.instances()[2]!.quarantinedUntil <= Date.now());
+    // With B cut off and the quarantine over (and C's commit intents settled), A and C decide:
+    // both hold the prefix lease.
+    await until(
+      () => store.instances()[2]!.quarantinedUntil <= Date.now() && !store.instances()[2]!.intentsPending,
+    );
     expect(await redis[1]!.command("ACL", "SETUSER", "default", "-evalsha", "-eval")).toBe("OK");
     try {
       const other = await store.tryAcquire({

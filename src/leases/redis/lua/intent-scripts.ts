@@ -4,7 +4,8 @@ import { PRELUDE } from "./prelude.js";
  * The two halves of a begin-commit script that one Redis and each Redlock instance share:
  * `fenced_intent_refusal` answers the refusal of a fenced write whose lease is not current (nil
  * when it is), `file_intent` records the intent by object, so that a grant finds the intents under
- * its resource without reading others.
+ * its resource without reading others. `put_intent` is the record itself, also used by the
+ * Redlock repair to copy intents onto an instance that lost them.
  */
 export const INTENT_STEPS = `
 local function fenced_intent_refusal(b, key, lid, tok, now)
@@ -20,15 +21,19 @@ local function fenced_intent_refusal(b, key, lid, tok, now)
   end
   return nil
 end
+-- fields: the intent's hash (b, k, at, and lid, tok for a fenced write), b and key among them.
+local function put_intent(intent_id, b, key, fields)
+  redis.call('HSET', P .. ':intent:' .. intent_id, unpack(fields))
+  redis.call('SADD', P .. ':ikl:' .. bk(b) .. ':' .. key, intent_id)
+  redis.call('ZADD', P .. ':ik:' .. bk(b), 0, key)
+end
 local function file_intent(intent_id, kind, b, key, lid, tok, now)
   local fields = {'b', b, 'k', key, 'at', fmt(now)}
   if kind == 'fenced' then
     fields[#fields + 1] = 'lid'; fields[#fields + 1] = lid
     fields[#fields + 1] = 'tok'; fields[#fields + 1] = fmt(tok)
   end
-  redis.call('HSET', P .. ':intent:' .. intent_id, unpack(fields))
-  redis.call('SADD', P .. ':ikl:' .. bk(b) .. ':' .. key, intent_id)
-  redis.call('ZADD', P .. ':ik:' .. bk(b), 0, key)
+  put_intent(intent_id, b, key, fields)
 end
 `;
 

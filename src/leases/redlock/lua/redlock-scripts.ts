@@ -7,27 +7,51 @@ import { PRELUDE } from "../../redis/lua/prelude.js";
  * token: there is no single counter to bump, so the client proposes a token t (one above the
  * highest counter a majority reported) and each instance accepts it only when its own counter
  * is below t, then sets its counter to t. The floor hash `P:floor` keeps `last`, `epoch`, `runid`
- * and `q` (the end of the instance's quarantine) as on one Redis.
+ * and `q` (the end of the instance's quarantine) as on one Redis, and `ip` ('1' while the commit
+ * intents of an instance that lost its data are not settled: it does not count until they are).
  */
 
 /**
- * No arguments beyond the prelude's. Answers {'ok' | 'unknown', last, epoch, q, runid}: 'unknown'
- * when the floor was never installed in this server's lifetime (a fresh or restarted instance).
+ * No arguments beyond the prelude's. Answers {'ok' | 'unknown', last, epoch, q, runid, ip}:
+ * 'unknown' when the floor was never installed in this server's lifetime (a fresh or restarted
+ * instance); ip '1' while its commit intents are not settled, '0' otherwise.
  */
 export const READ_FLOOR = `${PRELUDE}
-local f = redis.call('HMGET', P .. ':floor', 'last', 'epoch', 'q')
+local f = redis.call('HMGET', P .. ':floor', 'last', 'epoch', 'q', 'ip')
 local run = current_runid()
 local last, epoch = floor_known()
-if not last then return {'unknown', '0', '-1', '0', run} end
-return {'ok', fmt(last), fmt(epoch), f[3] or '0', run}
+if not last then return {'unknown', '0', '-1', '0', run, '0'} end
+return {'ok', fmt(last), fmt(epoch), f[3] or '0', run, f[4] or '0'}
 `;
 
 /**
- * ARGV[3..5]: epoch, the lowest `last` to install, the end of the quarantine (ms, 0 = none).
- * On an instance whose floor is known (same run): raises `last` and `epoch` to at least these
- * ('current'). Otherwise (fresh or restarted): installs them and the quarantine ('installed').
+ * Commit intents copied onto an instance that lost its data, from ARGV[from] on: six values each
+ * (id, bucket, key, at, lease id, token; the last two '' for an unfenced write), as READ_INTENTS
+ * lists them. Filed exactly as beginCommit files them; one already there is written again, the same.
  */
-export const INSTALL_FLOOR = `${PRELUDE}
+const RESTORE_INTENTS = `
+local function restore_intents(from)
+  for i = from, #ARGV - 5, 6 do
+    local fields = {'b', ARGV[i + 1], 'k', ARGV[i + 2], 'at', ARGV[i + 3]}
+    if ARGV[i + 4] ~= '' then
+      fields[#fields + 1] = 'lid'; fields[#fields + 1] = ARGV[i + 4]
+      fields[#fields + 1] = 'tok'; fields[#fields + 1] = ARGV[i + 5]
+    end
+    put_intent(ARGV[i], ARGV[i + 1], ARGV[i + 2], fields)
+  end
+end
+`;
+
+/**
+ * ARGV[3..5]: epoch, the lowest `last` to install, the end of the quarantine (ms, 0 = none);
+ * ARGV[6..]: the commit intents the other instances hold (RESTORE_INTENTS).
+ * On an instance whose floor is known (same run): raises `last` and `epoch` to at least these
+ * ('current'); its intents stay as they are. Otherwise (fresh or restarted): installs them, the
+ * quarantine and the intents in one step ('installed'); after a loss (a quarantine), its intents
+ * are marked unsettled ('ip'), so that it counts only once SETTLE_INTENTS has run at the end of
+ * the quarantine.
+ */
+export const INSTALL_FLOOR = `${PRELUDE}${INTENT_STEPS}${RESTORE_INTENTS}
 local e, low, q = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local run = current_runid()
 local last, epoch = floor_known()
@@ -38,8 +62,52 @@ if last then
 end
 redis.call('DEL', P .. ':floor')
 redis.call('HSET', P .. ':floor', 'epoch', fmt(e), 'last', fmt(low), 'runid', run)
-if q > 0 then redis.call('HSET', P .. ':floor', 'q', fmt(q)) end
+if q > 0 then redis.call('HSET', P .. ':floor', 'q', fmt(q), 'ip', '1') end
+restore_intents(6)
 return {'installed'}
+`;
+
+/**
+ * ARGV[3]: a SCAN cursor ('0' to start), ARGV[4]: how many keys to look at. One page of the commit
+ * intents this instance holds: {next cursor ('0' when done), {id, bucket, key, at, lease id, token,
+ * ...}} (lease id and token '' for an unfenced write). A page is consistent; pages are not (an
+ * intent recorded or forgotten meanwhile may or may not be listed).
+ */
+export const READ_INTENTS = `${PRELUDE}
+-- The prefix's own glob characters match only themselves.
+local pattern = string.gsub(P, '[%*%?%[%]\\\\]', '\\\\%0') .. ':intent:*'
+local page = redis.call('SCAN', ARGV[3], 'MATCH', pattern, 'COUNT', tonumber(ARGV[4]))
+local out = {}
+local from = #P + #':intent:' + 1
+for _, k in ipairs(page[2]) do
+  local i = redis.call('HMGET', k, 'b', 'k', 'at', 'lid', 'tok')
+  if i[1] and i[2] then
+    out[#out + 1] = string.sub(k, from)
+    out[#out + 1] = i[1]
+    out[#out + 1] = i[2]
+    out[#out + 1] = i[3] or '0'
+    out[#out + 1] = i[4] or ''
+    out[#out + 1] = i[5] or ''
+  end
+end
+return {page[1], out}
+`;
+
+/**
+ * ARGV[3..]: the commit intents the other instances hold (RESTORE_INTENTS), read at or after the
+ * end of this instance's quarantine. Copies them here and marks its intents settled: from now on
+ * it counts. Answers {'settled'} (also when it already was: nothing is copied then), {'early', q}
+ * while the quarantine runs, or {'unknown'} when its floor is unknown (it lost its data again).
+ */
+export const SETTLE_INTENTS = `${PRELUDE}${INTENT_STEPS}${RESTORE_INTENTS}
+if not floor_known() then return {'unknown'} end
+local f = redis.call('HMGET', P .. ':floor', 'q', 'ip')
+if f[2] ~= '1' then return {'settled'} end
+local q = tonumber(f[1] or '0')
+if clock(false) < q then return {'early', fmt(q)} end
+restore_intents(3)
+redis.call('HDEL', P .. ':floor', 'ip')
+return {'settled'}
 `;
 
 /** Sets the counter to t when t is above it; nil when the floor is unknown, false when it is not below t. */
