@@ -34,8 +34,12 @@ import { WRITE_HISTORY } from "./commit-port.js";
 
 /** One commit: what it does to the object. */
 export type CommitSpec<S> =
-  /** A new live version, staged by the backend (PutObject, CopyObject, CompleteMultipartUpload). */
-  | { op: "put"; version: S }
+  /**
+   * A new live version, staged by the backend (PutObject, CopyObject, CompleteMultipartUpload).
+   * `ready`: the backend's last checks after prepare (a completion's upload and parts are still
+   * the ones assembled); throws to refuse.
+   */
+  | { op: "put"; version: S; ready?: () => Promise<void> }
   /** A tombstone, keeping the HCT (DeleteObject, each key of DeleteObjects). */
   | { op: "delete" }
   /** The HCT rule only, nothing written (CreateMultipartUpload, UploadPart). */
@@ -84,6 +88,7 @@ export async function runCommit<S>(
       await commit.prepare();
       if (commit.signal.aborted) throw abandoned();
     }
+    if (spec.op === "put") await spec.ready?.();
     return port.kind === "step"
       ? await runStep(port, ref, spec, commit)
       : await runSwaps(port, ref, spec, commit);

@@ -159,18 +159,20 @@ export class S3MultipartStore implements MultipartStore {
     try {
       await this.ctx.hooks?.("blob-stored", { op: "complete", bucket, key, attempt: 0 });
       await this.ctx.gate.require(bucket);
-      // The upload must still be there, with the parts that were assembled.
+    } catch (e) {
+      await this.ctx.removeBlob(bucket, blob);
+      throw e;
+    }
+    // After prepare: the upload must still be there, with the parts that were assembled.
+    const ready = async () => {
       await this.uploads.require(input);
       for (const part of used) {
         if ((await this.uploads.part(bucket, uploadId, part.partNumber))?.blob !== part.blob) {
           throw partReplaced(part.partNumber);
         }
       }
-    } catch (e) {
-      await this.ctx.removeBlob(bucket, blob);
-      throw e;
-    }
-    const { highestToken } = await runCommit(this.port, { bucket, key }, { op: "put", version }, commit);
+    };
+    const { highestToken } = await runCommit(this.port, { bucket, key }, { op: "put", version, ready }, commit);
     await this.uploads
       .remove(bucket, uploadId)
       .catch((err) =>

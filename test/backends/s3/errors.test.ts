@@ -17,7 +17,7 @@ import { backendOptions, recordName, type S3Fixture, s3Fixture } from "./s3-fixt
  * Store failures are S3 errors, never hangs: an unreachable or silent store is ServiceUnavailable
  * within the request time limit, throttling is SlowDown with the store's Retry-After, an abort
  * stops a GET, and a record PUT whose answer is lost is settled by reading the record again (our
- * nonce: committed) or reported as an unknown outcome (not a DomainError).
+ * nonce: committed) or reported as an unknown outcome (ServiceUnavailable, outcome "unknown").
  */
 
 type Handler = Parameters<typeof createServer>[1];
@@ -195,11 +195,14 @@ describe("aborts and lost answers", () => {
   });
 
   /** A proxy that breaks record PUTs: the first one's answer, the first one, or all of them. */
-  const lossyProxy = (mode: "answer-lost" | "request-lost-once" | "request-lost-always") => {
+  const lossyProxy = (
+    mode: "answer-lost" | "request-lost-once" | "request-lost-always",
+    healed: () => boolean = () => false,
+  ) => {
     let broken = 0;
     return startProxy(fx.store.url, (req, path) => {
       const isRecordPut = req.method === "PUT" && path.includes("/.fencegate/r/");
-      if (!isRecordPut || (mode !== "request-lost-always" && broken > 0)) return "forward";
+      if (!isRecordPut || healed() || (mode !== "request-lost-always" && broken > 0)) return "forward";
       broken++;
       return mode === "answer-lost" ? "lose-answer" : "lose-request";
     });
@@ -244,12 +247,13 @@ describe("aborts and lost answers", () => {
     }
   });
 
-  it("reports an unknown outcome (not a DomainError) when no record PUT gets through", async () => {
+  it("reports an unknown outcome (ServiceUnavailable, never a refusal) when no record PUT gets through", async () => {
     await fx.backend.putObject(
       { bucket, key: "unknown", body: verifiedBody("before"), metadata: metadataOf() },
       fencedCommit(1),
     );
-    const proxy = await lossyProxy("request-lost-always");
+    let healed = false;
+    const proxy = await lossyProxy("request-lost-always", () => healed);
     try {
       const backend = open(proxy.url);
       const failed = backend.putObject(
@@ -261,7 +265,11 @@ describe("aborts and lost answers", () => {
         (e: unknown) => e,
       );
       expect(error).toBeInstanceOf(OutcomeUnknownError);
-      expect(error).not.toBeInstanceOf(DomainError);
+      expect(error).toMatchObject({ code: "ServiceUnavailable", details: { outcome: "unknown" } });
+      // Once record PUTs get through, the outcome is learnt: the record is unchanged, so the same
+      // state is written again under a new write id, after which the lost PUT can never land.
+      healed = true;
+      await expect((error as OutcomeUnknownError).settle()).resolves.toBe("not-landed");
       expect((await readAll((await fx.backend.getObject(bucket, "unknown")).body)).toString()).toBe("before");
       // The blob of the unknown write was kept (it might have been committed); the collector decides.
       expect(await fx.leftovers()).toHaveLength(1);
