@@ -45,6 +45,12 @@ export const BOUND_FENCING_TOKEN_NAME = "fencegateBoundFencingToken";
 /** Set in a request's context by a bound command's middleware: the client's plugin then stays out. */
 const BOUND_MARK = "fencegateBoundFencingToken";
 
+const REUSED_HANDLER =
+  "the handler the client resolved for a command bound to a fencing token is sending another " +
+  "command, which would carry that token: the client was built with cacheMiddleware: true. Send " +
+  "bound commands there with an options argument (client.send(command, {})), or through " +
+  "lease.s3(client).";
+
 const FENCED = new Set(FENCED_COMMANDS.map((c) => `${c}Command`));
 
 /** A client's or a command's middleware stack, whatever its input and output types. */
@@ -178,9 +184,23 @@ export function fencingTokenPlugin(source: TokenSource): Pluggable<object, Metad
  * `fencingTokenClient`, which always passes one.
  */
 export function bindFencingToken<C extends CommandWithStack>(command: C, source: TokenSource): C {
-  const middleware: BuildMiddleware<object, MetadataBearer> =
-    (next: BuildHandler<object, MetadataBearer>, context: HandlerExecutionContext) =>
-    async (args: BuildHandlerArguments<object>) => {
+  const middleware: BuildMiddleware<object, MetadataBearer> = (
+    next: BuildHandler<object, MetadataBearer>,
+    context: HandlerExecutionContext,
+  ) => {
+    // A client resolves a handler for each command it sends. One built with cacheMiddleware:
+    // true keeps the handler of the first command of each class and sends the next ones through
+    // it, this command's middleware and token included: refuse to send another command so. The
+    // command a handler runs for is known by its stack, which the SDK's middleware pass along
+    // in their arguments; without it, a handler resolved for this command runs only once (a
+    // retry after a region redirect would be refused too, which fencegate never answers).
+    let ran = false;
+    return async (args: BuildHandlerArguments<object>) => {
+      const carried = (args as { middlewareStack?: unknown }).middlewareStack;
+      if (carried !== undefined ? carried !== command.middlewareStack : ran) {
+        throw new FencingTokenConflictError(REUSED_HANDLER);
+      }
+      ran = true;
       if (context.commandName && FENCED.has(context.commandName)) {
         const token = tokenOf(source);
         const headers = requestHeaders(args);
@@ -191,6 +211,7 @@ export function bindFencingToken<C extends CommandWithStack>(command: C, source:
       }
       return next(args);
     };
+  };
   const plugin: Pluggable<object, MetadataBearer> = {
     applyToStack(stack) {
       addOnce(

@@ -276,6 +276,34 @@ describe("lease.bind(command)", () => {
     }
   });
 
+  it("on a client with cacheMiddleware: true, a cached handler never sends another command with its token", async () => {
+    const bucket = await newBucket();
+    const a = await fence.lease({ bucket, key: "a", ttlMs: 30_000 });
+    const b = await fence.lease({ bucket, key: "b", ttlMs: 30_000 });
+    try {
+      const s3 = gw.s3({ cacheMiddleware: true });
+      const first = a.bind(new PutObjectCommand({ Bucket: bucket, Key: "a", Body: "a" }));
+      await s3.send(first); // resolves and caches the handler of PutObjectCommand, with a's token
+      await s3.send(first); // the same command again: still a's
+      // Another command through the cached handler would carry a's token: refused before sending.
+      const other = b.bind(new PutObjectCommand({ Bucket: bucket, Key: "b", Body: "b" }));
+      await expect(s3.send(other)).rejects.toThrow(FencingTokenConflictError);
+      await expect(s3.send(new PutObjectCommand({ Bucket: bucket, Key: "b", Body: "b" }))).rejects.toThrow(
+        /cacheMiddleware: true/,
+      );
+      // With an options argument the client resolves a handler for the command itself.
+      await s3.send(b.bind(new PutObjectCommand({ Bucket: bucket, Key: "b", Body: "b" })), {});
+      expect((await writeRecords(bucket, "")).map((r) => [r.key, r.decision, r.token])).toEqual([
+        ["a", "accepted", a.token],
+        ["a", "accepted", a.token],
+        ["b", "accepted", b.token],
+      ]);
+    } finally {
+      await a.release();
+      await b.release();
+    }
+  });
+
   it("a bound command keeps its token on a client that carries another lease's plugin", async () => {
     const bucket = await newBucket();
     const mine = await fence.lease({ bucket, key: "mine", ttlMs: 30_000 });
