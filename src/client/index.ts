@@ -1,7 +1,9 @@
 /**
  * fencegate's client SDK (`import { FenceClient } from "fencegate/client"`): signed calls to the
  * lease API with typed errors and safe retries, Lease handles that renew themselves and signal
- * their loss, `using()`, and an AWS SDK v3 plugin that puts the lease's token on every write.
+ * their loss, `using()`, and the AWS SDK v3 binding of a lease's token to its writes: to one
+ * command (`lease.bind(command)`), to a lease's view of a shared S3Client (`lease.s3(client)`),
+ * or to a client of one lease (`fencingTokenPlugin`).
  */
 export {
   AccessDeniedError,
@@ -18,7 +20,20 @@ export {
 } from "./errors.js";
 export { type CallOptions, FenceClient, type FenceClientOptions, type RetryOptions } from "./fence-client.js";
 export { Lease, type LeaseApi, type LeaseOptions, type LeaseState } from "./lease.js";
-export { FENCE_TOKEN_HEADER, FENCED_COMMANDS, fencingTokenPlugin, type TokenSource } from "./s3-plugin.js";
+export {
+  BOUND_FENCING_TOKEN_NAME,
+  bindFencingToken,
+  type CommandSender,
+  type CommandWithStack,
+  FENCE_TOKEN_HEADER,
+  FENCED_COMMANDS,
+  FENCING_TOKEN_PLUGIN_NAME,
+  FencingTokenConflictError,
+  fencingTokenClient,
+  fencingTokenPlugin,
+  type TokenHolder,
+  type TokenSource,
+} from "./s3-plugin.js";
 export type {
   AcquireRequest,
   AuditQuery,

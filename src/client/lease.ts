@@ -1,4 +1,10 @@
 import { AccessDeniedError, type FenceApiError, LeaseLostError, LeaseNotFoundError } from "./errors.js";
+import {
+  bindFencingToken,
+  type CommandSender,
+  type CommandWithStack,
+  fencingTokenClient,
+} from "./s3-plugin.js";
 import type { LeaseRecord } from "./types.js";
 
 /** The calls a Lease handle makes (FenceClient has them). */
@@ -104,6 +110,30 @@ export class Lease implements AsyncDisposable {
   throwIfLost(): void {
     if (this.#state === "lost") throw this.#controller.signal.reason;
     if (this.#state === "released") throw new Error(`lease ${this.leaseId} was released`);
+  }
+
+  /**
+   * Binds this lease's token to one S3 command: it carries `x-fence-token` (if it is a write),
+   * whichever client sends it; a write after the lease was lost fails without being sent.
+   * Returns the command.
+   *
+   *     await s3.send(lease.bind(new PutObjectCommand({ Bucket, Key, Body })));
+   */
+  bind<C extends CommandWithStack>(command: C): C {
+    return bindFencingToken(command, this);
+  }
+
+  /**
+   * A view of a (shared) S3Client that sends with this lease's token: every write sent through
+   * it carries the token, and the client itself is left unchanged, so other leases can use it at
+   * the same time through views of their own. The view is an S3Client (its prototype is the
+   * client): pass it to `Upload`, paginators or waiters as well.
+   *
+   *     const fenced = lease.s3(s3);
+   *     await fenced.send(new PutObjectCommand({ Bucket, Key, Body }));
+   */
+  s3<C extends CommandSender>(client: C): C {
+    return fencingTokenClient(client, this);
   }
 
   /** Renews now (the background renewal does this by itself). */

@@ -1,5 +1,7 @@
 import { z } from "zod";
 import { ACTIONS } from "../access/access-policy.js";
+import { routeOverlaps } from "../backends/routing/route-overlaps.js";
+import { storeIdentity } from "../backends/routing/store-identity.js";
 
 const policy = z.enum(["required", "optional"]);
 
@@ -314,6 +316,18 @@ export const configSchema = z
           message: `no backend named "${route.backend}" under backends (or use "default")`,
         });
       }
+    }
+    // One stored object, one gateway name: leases, commit intents and HCTs are kept per gateway
+    // name, so two names for one object would not exclude each other. (A fallback name that is
+    // a route's target is refused at request time, by the routed backend.)
+    const located = Object.entries(c.buckets).flatMap(([name, route]) => {
+      const spec = route.backend === "default" ? c.backend : c.backends[route.backend];
+      if (!spec) return [];
+      const store = storeIdentity(spec, c);
+      return [{ name, backend: route.backend, store, target: route.target ?? name, prefix: route.prefix }];
+    });
+    for (const overlap of routeOverlaps(located)) {
+      ctx.addIssue({ code: "custom", path: ["buckets", overlap.second.name], message: overlap.message });
     }
     if (c.server.idleTimeoutMs !== 0 && c.server.idleTimeoutMs <= c.leases.maxWaitMs) {
       ctx.addIssue({

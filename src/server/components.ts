@@ -2,6 +2,7 @@ import type { AuditLog } from "../audit/audit-log.js";
 import { createAzureBackend } from "../backends/azure/index.js";
 import { createFsBackend } from "../backends/fs/index.js";
 import { type BucketRoute, RoutedBackend } from "../backends/routing/routed-backend.js";
+import { storeIdentity } from "../backends/routing/store-identity.js";
 import { createS3Backend } from "../backends/s3/index.js";
 import type { StorageBackend } from "../backends/storage-backend.js";
 import { ConfigError } from "../config/load.js";
@@ -40,15 +41,20 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
     const fallback = await open("default", config.backend);
     const named = new Map<string, StorageBackend>([["default", fallback]]);
     for (const [name, spec] of Object.entries(config.backends)) named.set(name, await open(name, spec));
+    // Which store each backend is: the configuration refused routes that overlap in one store
+    // (schema.ts); the routed backend refuses fallback names that a route keeps its objects in.
+    const storeOf = (name: string) =>
+      storeIdentity(name === "default" ? config.backend : config.backends[name]!, config).key;
     const routes = new Map<string, BucketRoute>();
     for (const [bucket, route] of Object.entries(config.buckets)) {
       routes.set(bucket, {
         backend: named.get(route.backend)!,
         target: route.target ?? bucket,
         prefix: route.prefix,
+        store: storeOf(route.backend),
       });
     }
-    const backend = new RoutedBackend({ routes, fallback });
+    const backend = new RoutedBackend({ routes, fallback, fallbackStore: storeOf("default") });
     const leaseStore = await openLeaseStore(config, { db, backend, ctx });
     const audit = await openAuditLog(config, { db, ctx, backend });
     return {

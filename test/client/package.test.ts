@@ -96,7 +96,7 @@ describe("the packed package", () => {
 
   it("imports with a plain import() in Node and works against a running gateway", async () => {
     const script = `
-      import { FenceClient, fencingTokenPlugin, LeaseHeldError } from "fencegate/client";
+      import { FenceClient, LeaseHeldError } from "fencegate/client";
       import { PutObjectCommand, CreateBucketCommand, S3Client } from "@aws-sdk/client-s3";
       const [endpoint, accessKeyId, secretAccessKey] = process.argv.slice(2);
       const credentials = { accessKeyId, secretAccessKey };
@@ -105,9 +105,7 @@ describe("the packed package", () => {
       await s3.send(new CreateBucketCommand({ Bucket: "packed" }));
       const result = await fence.using({ bucket: "packed", key: "hello.txt", ttlMs: 5000 }, async (lease) => {
         const other = await fence.acquire({ bucket: "packed", key: "hello.txt", ttlMs: 1000 }).catch((e) => e);
-        const fenced = new S3Client({ endpoint, region: "us-east-1", forcePathStyle: true, credentials });
-        fenced.middlewareStack.use(fencingTokenPlugin(lease));
-        const put = await fenced.send(new PutObjectCommand({ Bucket: "packed", Key: "hello.txt", Body: "hi" }));
+        const put = await lease.s3(s3).send(new PutObjectCommand({ Bucket: "packed", Key: "hello.txt", Body: "hi" }));
         return { token: lease.token, held: other instanceof LeaseHeldError, status: put.$metadata.httpStatusCode };
       });
       console.log(JSON.stringify(result));
@@ -131,7 +129,14 @@ describe("the packed package", () => {
       60_000,
     );
     expect(names.trim().split(" ")).toEqual(
-      expect.arrayContaining(["FenceClient", "Lease", "fencingTokenPlugin"]),
+      expect.arrayContaining([
+        "FenceClient",
+        "Lease",
+        "bindFencingToken",
+        "fencingTokenClient",
+        "fencingTokenPlugin",
+        "FencingTokenConflictError",
+      ]),
     );
   });
 

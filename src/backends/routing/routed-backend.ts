@@ -31,6 +31,8 @@ export type BucketRoute = {
   backend: StorageBackend;
   target: string;
   prefix: string;
+  /** Which store the backend is (StoreIdentity.key): equal for two backends that are one store. */
+  store?: string;
 };
 
 export type RoutedBackendOptions = {
@@ -38,6 +40,8 @@ export type RoutedBackendOptions = {
   routes: ReadonlyMap<string, BucketRoute>;
   /** Where every other bucket lives, under its own name and without a prefix. */
   fallback: StorageBackend;
+  /** Which store the fallback is (StoreIdentity.key). */
+  fallbackStore?: string;
 };
 
 /**
@@ -51,8 +55,21 @@ export class RoutedBackend implements StorageBackend {
   readonly multipart: MultipartStore;
   /** Only when every bucket commits in the same domain; per bucket, see domainOf. */
   readonly domain?: TxDomain;
+  /**
+   * Store buckets of the fallback's store that configured gateway buckets keep their objects in,
+   * with those gateway buckets: the fallback does not serve them under their own name, or one
+   * stored object would be reachable under two gateway names, whose leases do not exclude each
+   * other.
+   */
+  private readonly owned = new Map<string, string[]>();
 
   constructor(private readonly opts: RoutedBackendOptions) {
+    for (const [name, route] of opts.routes) {
+      const onFallbackStore =
+        route.backend === opts.fallback || (route.store !== undefined && route.store === opts.fallbackStore);
+      if (!onFallbackStore || opts.routes.has(route.target)) continue;
+      this.owned.set(route.target, [...(this.owned.get(route.target) ?? []), name]);
+    }
     const backends = this.backends();
     this.kind = [...new Set(backends.map((b) => b.kind))].join("+");
     const domains = new Set(backends.map((b) => b.domain));
@@ -63,9 +80,24 @@ export class RoutedBackend implements StorageBackend {
     this.multipart = new RoutedMultipart(this);
   }
 
-  /** The route of a gateway bucket. */
+  /**
+   * The route of a gateway bucket. A bucket the fallback would serve from a store bucket that a
+   * configured gateway bucket keeps its objects in is refused, as a bucket the caller may not
+   * access: the configured bucket owns those objects (and their leases).
+   */
   route(bucket: string): BucketRoute {
-    return this.opts.routes.get(bucket) ?? { backend: this.opts.fallback, target: bucket, prefix: "" };
+    const configured = this.opts.routes.get(bucket);
+    if (configured) return configured;
+    const owners = this.owned.get(bucket);
+    if (owners) {
+      const names = owners.map((n) => `"${n}"`).join(", ");
+      throw new DomainError(
+        "AccessDenied",
+        `bucket "${bucket}" is where the configured gateway bucket${owners.length > 1 ? "s" : ""} ${names} ` +
+          `keep${owners.length > 1 ? "" : "s"} its objects; reach them through ${owners.length > 1 ? "those" : "it"}`,
+      );
+    }
+    return { backend: this.opts.fallback, target: bucket, prefix: "" };
   }
 
   domainOf(bucket: string): TxDomain | undefined {
@@ -93,12 +125,7 @@ export class RoutedBackend implements StorageBackend {
 
   async listBuckets(): Promise<BucketInfo[]> {
     const configured = [...this.opts.routes.entries()];
-    const hidden = new Set(
-      configured.filter(([, r]) => r.backend === this.opts.fallback).map(([, r]) => r.target),
-    );
-    const own = (await this.opts.fallback.listBuckets()).filter(
-      (b) => !hidden.has(b.name) || this.opts.routes.has(b.name),
-    );
+    const own = (await this.opts.fallback.listBuckets()).filter((b) => !this.owned.has(b.name));
     const listed = new Map(own.map((b) => [b.name, b]));
     for (const [name, route] of configured) {
       if (listed.has(name)) continue;

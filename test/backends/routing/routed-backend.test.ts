@@ -127,3 +127,99 @@ describe("routed backend: buckets mapped to a target and a prefix", () => {
     expect(routed.domain).toBeUndefined(); // two backends, two domains
   });
 });
+
+describe("routed backend: one stored object, one gateway name", () => {
+  let routed: RoutedBackend | undefined;
+  afterEach(async () => {
+    await routed?.close();
+    routed = undefined;
+  });
+
+  const put = (backend: RoutedBackend, bucket: string, key: string, data: string) =>
+    backend.putObject({ bucket, key, body: verifiedBody(data), metadata: metadataOf() }, fencedCommit(5));
+
+  /** Every way a request reaches a bucket's objects, each refused with AccessDenied naming `owners`. */
+  async function expectRefusedEverywhere(backend: RoutedBackend, bucket: string, owners: RegExp) {
+    const refused = { code: "AccessDenied", message: expect.stringMatching(owners) };
+    const attempts: [string, () => Promise<unknown>][] = [
+      ["createBucket", () => backend.createBucket(bucket)],
+      ["headBucket", () => backend.headBucket(bucket)],
+      ["deleteBucket", () => backend.deleteBucket(bucket)],
+      ["writeState", () => backend.writeState(bucket, "reports/a")],
+      ["putObject", () => put(backend, bucket, "reports/a", "through the other name")],
+      ["deleteObject", () => backend.deleteObject({ bucket, key: "reports/a" }, fencedCommit(6))],
+      ["raiseHighestToken", () => backend.raiseHighestToken(bucket, "reports/a", 9)],
+      ["headObject", () => backend.headObject(bucket, "reports/a")],
+      ["getObject", () => backend.getObject(bucket, "reports/a")],
+      ["highestToken", () => backend.highestToken(bucket, "reports/a")],
+      ["listObjects", () => backend.listObjects({ bucket, maxKeys: 10 })],
+      ["listUploads", () => backend.multipart.listUploads({ bucket, maxUploads: 10 })],
+      [
+        "createUpload",
+        () =>
+          backend.multipart.createUpload(
+            { bucket, key: "reports/a", metadata: metadataOf(), token: 5, leaseId: null, initiator: "me" },
+            fencedCommit(5),
+          ),
+      ],
+    ];
+    for (const [what, attempt] of attempts) await expect(attempt(), what).rejects.toMatchObject(refused);
+  }
+
+  it("the fallback refuses a store bucket that configured buckets keep their objects in, and does not list it", async () => {
+    const store = createMemoryBackend();
+    routed = new RoutedBackend({
+      routes: new Map<string, BucketRoute>([
+        ["reports", { backend: store, target: "shared", prefix: "reports/" }],
+        ["logs", { backend: store, target: "shared", prefix: "logs/" }],
+      ]),
+      fallback: store,
+    });
+    await routed.createBucket("reports");
+    await put(routed, "reports", "a", "through the configured name");
+    await routed.createBucket("plain");
+    await expectRefusedEverywhere(routed, "shared", /configured gateway buckets "reports", "logs"/);
+    expect((await routed.listBuckets()).map((b) => b.name)).toEqual(["logs", "plain", "reports"]);
+    // Nothing changed in the store through the refused name.
+    expect((await store.listObjects({ bucket: "shared", maxKeys: 10 })).objects.map((o) => o.key)).toEqual([
+      "reports/a",
+    ]);
+    expect(await routed.highestToken("reports", "a")).toBe(5);
+  });
+
+  it("also when the route's backend is another backend of the same store", async () => {
+    const fallback = createMemoryBackend();
+    const sameStore = createMemoryBackend(); // stands for a second backend configured on one store
+    const otherStore = createMemoryBackend();
+    routed = new RoutedBackend({
+      routes: new Map<string, BucketRoute>([
+        ["reports", { backend: sameStore, target: "shared", prefix: "reports/", store: "s3:one" }],
+        ["media", { backend: otherStore, target: "pictures", prefix: "", store: "s3:two" }],
+      ]),
+      fallback,
+      fallbackStore: "s3:one",
+    });
+    await expectRefusedEverywhere(routed, "shared", /configured gateway bucket "reports" keeps its objects/);
+    // Another store's bucket of that name is not the route's: the fallback serves it.
+    await routed.createBucket("pictures");
+    await put(routed, "pictures", "p", "the fallback's own");
+    expect(await routed.highestToken("pictures", "p")).toBe(5);
+  });
+
+  it("a target that is itself a configured gateway bucket goes by its own route", async () => {
+    const store = createMemoryBackend();
+    const other = createMemoryBackend();
+    routed = new RoutedBackend({
+      routes: new Map<string, BucketRoute>([
+        ["alias", { backend: store, target: "data", prefix: "" }],
+        ["data", { backend: other, target: "elsewhere", prefix: "" }],
+      ]),
+      fallback: store,
+    });
+    await routed.createBucket("data");
+    await put(routed, "data", "k", "to elsewhere");
+    expect((await other.listObjects({ bucket: "elsewhere", maxKeys: 10 })).objects.map((o) => o.key)).toEqual(
+      ["k"],
+    );
+  });
+});
