@@ -199,7 +199,12 @@ function auditQuery(c: Context<ApiEnv>): AuditQuery {
     limit = Number(limitRaw);
   }
   const decision = q("decision");
-  if (decision !== undefined && decision !== "accepted" && decision !== "rejected" && decision !== "unknown") {
+  if (
+    decision !== undefined &&
+    decision !== "accepted" &&
+    decision !== "rejected" &&
+    decision !== "unknown"
+  ) {
     throw invalid('decision must be "accepted", "rejected" or "unknown"');
   }
   return {

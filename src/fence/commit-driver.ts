@@ -182,7 +182,7 @@ async function runSwaps<S>(
   for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
     const { next, highestToken } = decide(spec, observed, commit, writeId);
     if (next === null) return { before: observed, highestToken, wrote: false };
-    if (next.kind === "put") port.usable?.(next.version, observed);
+    if (next.kind === "put") await port.usable?.(next.version, observed);
     // Nothing was sent yet: a client that went away is refused. Once sent, a commit is seen
     // through whatever the client does: its outcome is what gets recorded.
     if (attempt === 1 && commit?.signal.aborted) throw abandoned();
@@ -250,11 +250,17 @@ async function readAfter<S>(
   }
 }
 
-async function landedOver<S>(port: CasPort<S>, ref: ObjectRef, from: Observed, next: NextState<S>): Promise<void> {
+async function landedOver<S>(
+  port: CasPort<S>,
+  ref: ObjectRef,
+  from: Observed,
+  next: NextState<S>,
+): Promise<void> {
   await port.replaced?.(ref, from, next).catch(() => undefined);
 }
 
-const answerError = (answer: SwapAnswer): unknown => (answer.outcome === "unknown" ? answer.error : undefined);
+const answerError = (answer: SwapAnswer): unknown =>
+  answer.outcome === "unknown" ? answer.error : undefined;
 
 /**
  * Whether `now`'s history shows which write followed the state `basis`: the write after basis's
@@ -268,7 +274,9 @@ function successorKnown(now: Observed, basis: Observed): boolean {
 }
 
 const backoff = (attempt: number) =>
-  new Promise<void>((resolve) => setTimeout(resolve, Math.random() * Math.min(100, 2 ** Math.min(attempt, 7))));
+  new Promise<void>((resolve) =>
+    setTimeout(resolve, Math.random() * Math.min(100, 2 ** Math.min(attempt, 7))),
+  );
 
 /** How a write whose outcome was unknown turned out. */
 export type Settled = "landed" | "not-landed";
@@ -324,7 +332,9 @@ export class OutcomeUnknownError extends DomainError {
       if (touched.outcome === "swapped") return "not-landed";
       // Lost (the write, or another, landed meanwhile) or unknown: look again.
     }
-    throw new Error(`the outcome of write ${this.writeId} to ${this.ref.bucket}/${this.ref.key} stays unknown`);
+    throw new Error(
+      `the outcome of write ${this.writeId} to ${this.ref.bucket}/${this.ref.key} stays unknown`,
+    );
   }
 }
 

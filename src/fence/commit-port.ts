@@ -122,7 +122,7 @@ export interface CasPort<S> {
    * bytes were discarded by a concurrent commit, or they are older than the garbage collector's
    * mark on the object. Called after the HCT rule and the conditions passed.
    */
-  usable?(version: S, state: Observed): void;
+  usable?(version: S, state: Observed): void | Promise<void>;
   /** Removes a staged version that will never be committed (best effort). */
   discard(ref: ObjectRef, version: S): Promise<void>;
   /** After `next` landed over `from`: frees what only `from` used (best effort). */

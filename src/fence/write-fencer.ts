@@ -11,8 +11,8 @@ import {
   type FencedCommit,
   type WriteConditions,
 } from "./commit.js";
-import { type AuthorizedWrite, authorizeWrite, type FencingPolicy } from "./decision.js";
 import { OutcomeUnknownError } from "./commit-driver.js";
+import { type AuthorizedWrite, authorizeWrite, type FencingPolicy } from "./decision.js";
 import { assertUploadFence } from "./multipart-rules.js";
 import type { Outcomes } from "./outcomes.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
@@ -181,7 +181,11 @@ export class WriteFencer {
     err: OutcomeUnknownError,
     intentId: string | undefined,
   ): Promise<void> {
-    const draft = this.draft(ctx, auth, { decision: "unknown", reason: "ServiceUnavailable", highestToken: null });
+    const draft = this.draft(ctx, auth, {
+      decision: "unknown",
+      reason: "ServiceUnavailable",
+      highestToken: null,
+    });
     markAudited(err);
     try {
       await this.opts.audit.append(draft);

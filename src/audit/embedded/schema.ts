@@ -75,7 +75,9 @@ export function migrateAuditTables(db: EmbeddedDb): void {
  */
 function allowUnknownDecisions(db: EmbeddedDb): void {
   const table = db
-    .prepare<[], { sql: string }>("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'audit_records'")
+    .prepare<[], { sql: string }>(
+      "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'audit_records'",
+    )
     .get();
   if (!table || table.sql.includes("'unknown'")) return;
   const high = db

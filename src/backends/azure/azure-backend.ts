@@ -68,9 +68,9 @@
  *
  * Azure blob leases are not used: see the note in index.ts.
  */
-import { randomBytes } from "node:crypto";
 import { DomainError } from "../../core/errors.js";
-import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { deleteBucketSafely, noWritesInFlight } from "../../fence/bucket-deletion.js";
+import { runCommit } from "../../fence/commit-driver.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
@@ -78,6 +78,7 @@ import type {
   DeleteObjectResult,
   FencedCommit,
   GetObjectResult,
+  InFlightWrites,
   ListInput,
   ListResult,
   ObjectInfo,
@@ -88,30 +89,19 @@ import type {
   WriteState,
 } from "../storage-backend.js";
 import { AzureBuckets } from "./azure-buckets.js";
-import { abandoned, azureCode, azureStatus } from "./azure-errors.js";
+import { azureCode, azureStatus } from "./azure-errors.js";
 import { AzureMultipartStore } from "./azure-multipart.js";
 import { type AzureBackendOptions, createClient, resolveOptions } from "./azure-options.js";
 import { AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
 import { listObjectPage } from "./blob-listing.js";
-import {
-  type BlobView,
-  blobHeadersOf,
-  encodeState,
-  HCT_KEY,
-  liveState,
-  STATE_KEY,
-  TOMBSTONE_KEY,
-  tombstoneState,
-  viewOf,
-} from "./blob-state.js";
+import { type BlobView, viewOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
 import { type AzureCapabilityReport, verifyAzureConditionalWrites } from "./capability.js";
+import { AzureObjectPort, type AzureVersion } from "./object-port.js";
 
 export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
   return new AzureBackend(options);
 }
-
-const newWriteId = () => randomBytes(8).toString("hex");
 
 /** A signal for work no client waits on (HCT raises by the fencing core): only the deadline applies. */
 const NEVER = new AbortController().signal;
@@ -121,6 +111,8 @@ export class AzureBackend implements StorageBackend {
   readonly multipart: AzureMultipartStore;
   private readonly store: AzureStore;
   private readonly buckets: AzureBuckets;
+  /** The backend as the commit driver sees it (src/fence/commit-port.ts). */
+  readonly port: AzureObjectPort;
   private closed = false;
   private sweep: NodeJS.Timeout | undefined;
   private readonly clientReady: Promise<unknown>;
@@ -131,8 +123,17 @@ export class AzureBackend implements StorageBackend {
     // Surfaced by ready() and by the first call; never an unhandled rejection.
     this.clientReady = client.catch(() => undefined);
     this.store = new AzureStore(client, resolved);
-    this.multipart = new AzureMultipartStore(this.store, () => this.assertOpen());
-    this.buckets = new AzureBuckets(this.store, this.multipart);
+    this.multipart = new AzureMultipartStore(
+      this.store,
+      () => this.assertOpen(),
+      () => this.port,
+    );
+    this.buckets = new AzureBuckets(this.store);
+    this.port = new AzureObjectPort(
+      this.store,
+      () => this.multipart,
+      (bucket) => this.buckets.isEmpty(bucket),
+    );
     if (resolved.multipartSweepIntervalMs > 0) {
       this.sweep = setInterval(() => {
         // A failed sweep leaves the uploads for the next one; nothing else depends on it.
@@ -162,7 +163,18 @@ export class AzureBackend implements StorageBackend {
 
   async createBucket(bucket: string): Promise<void> {
     this.assertOpen();
-    return this.buckets.createBucket(bucket);
+    try {
+      await this.buckets.createBucket(bucket);
+    } catch (e) {
+      // Deleted by a deletion that stopped between its marker and the container's mark.
+      if (!(e instanceof DomainError && e.code === "BucketAlreadyOwnedByYou")) throw e;
+      const marker = await this.port.bucketState(bucket);
+      if (marker.phase !== "deleted" || !(await this.port.setBucketState(bucket, marker, "live"))) throw e;
+      return;
+    }
+    // A container restored from deletion: its marker says live again (writes read it).
+    const marker = await this.port.bucketState(bucket);
+    if (marker.phase !== "live") await this.port.setBucketState(bucket, marker, "live");
   }
 
   async headBucket(bucket: string): Promise<BucketInfo> {
@@ -170,9 +182,9 @@ export class AzureBackend implements StorageBackend {
     return this.buckets.headBucket(bucket);
   }
 
-  async deleteBucket(bucket: string): Promise<void> {
+  async deleteBucket(bucket: string, inFlight: InFlightWrites = noWritesInFlight): Promise<void> {
     this.assertOpen();
-    return this.buckets.deleteBucket(bucket);
+    await deleteBucketSafely(this.port, bucket, inFlight);
   }
 
   async writeState(bucket: string, key: string): Promise<WriteState> {
@@ -186,7 +198,6 @@ export class AzureBackend implements StorageBackend {
     const { bucket, key, body } = input;
     this.store.assertKeySync(key);
     if (!isAzureContainerName(bucket)) throw noSuchBucket(bucket);
-    const at = { op: "put" as const, bucket, key };
     // No await before this call: the body must be read (and its errors listened to) at once.
     const staged = await stageBody(body.stream, {
       blob: this.store.blob(bucket, key),
@@ -196,100 +207,32 @@ export class AzureBackend implements StorageBackend {
       what: `${bucket}/${key}`,
     });
     await this.store.assertKey(key);
-    await this.store.hook("body-staged", at);
+    await this.store.hook("body-staged", { op: "put", bucket, key });
     const { checksums } = await body.digest;
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-
-    const etag = `"${staged.md5.toString("hex")}"`;
-    const writeId = newWriteId();
-    const blob = await this.store.blob(bucket, key);
-    const blobHTTPHeaders = blobHeadersOf(input.metadata.headers, staged.md5);
-    const result = (highestToken: number | null, lastModified: Date | undefined): PutObjectResult => ({
-      etag,
-      size: staged.size,
-      lastModified: lastModified ?? new Date(),
-      highestToken,
+    const version: AzureVersion = {
+      staged,
+      contentMd5: staged.md5,
+      etag: `"${staged.md5.toString("hex")}"`,
+      headers: input.metadata.headers,
+      userMetadata: input.metadata.userMetadata,
       checksums,
-    });
-    let blocksLost = false;
-    return this.store.commitLoop(
-      at,
-      commit.signal,
-      (view) => {
-        const highestToken = applyFence(commit.fence, view.hct);
-        checkWriteConditions(commit.conditions, view.live ? view.s3Etag : null);
-        if (blocksLost) throw blocksDiscarded();
-        const metadata = encodeState(
-          liveState(
-            highestToken,
-            etag,
-            input.metadata.headers,
-            input.metadata.userMetadata,
-            checksums,
-            writeId,
-          ),
-        );
-        return {
-          send: (conditions, abortSignal) =>
-            staged.kind === "buffer"
-              ? blob.upload(staged.data, staged.size, {
-                  conditions,
-                  metadata,
-                  blobHTTPHeaders,
-                  abortSignal,
-                })
-              : blob.commitBlockList(staged.blockIds, { conditions, metadata, blobHTTPHeaders, abortSignal }),
-          finish: (answer) => result(highestToken, (answer as { lastModified?: Date }).lastModified),
-          ...(staged.kind === "blocks"
-            ? {
-                blocksLost: async () => {
-                  blocksLost = true;
-                },
-              }
-            : {}),
-        };
-      },
-      { checkContainer: true, writeId, landed: (view) => result(view.hct, view.info?.lastModified) },
-    );
+    };
+    const done = await runCommit(this.port, { bucket, key }, { op: "put", version }, commit);
+    return {
+      etag: version.etag,
+      size: staged.size,
+      lastModified: done.lastModified ?? new Date(),
+      highestToken: done.highestToken,
+      checksums,
+    };
   }
 
   async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
     this.assertOpen();
     const { bucket, key } = input;
     this.store.assertKeySync(key);
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-    const writeId = newWriteId();
-    const blob = await this.store.blob(bucket, key);
-    let existed = false;
-    return this.store.commitLoop(
-      { op: "delete", bucket, key },
-      commit.signal,
-      (view) => {
-        const highestToken = applyFence(commit.fence, view.hct);
-        checkWriteConditions(commit.conditions, view.live ? view.s3Etag : null);
-        existed = view.live;
-        const finish = () => ({ existed: view.live, highestToken });
-        if (highestToken === null) {
-          // No HCT to keep: a live object goes away, a missing one needs nothing.
-          if (!view.live) return { finish };
-          return {
-            send: (conditions, abortSignal) =>
-              blob.delete({ conditions, deleteSnapshots: "include", abortSignal }),
-            finish,
-          };
-        }
-        if (!view.live && view.state?.deleted && view.hct === highestToken) return { finish };
-        const metadata = encodeState(tombstoneState(highestToken, writeId));
-        return {
-          send: (conditions, abortSignal) =>
-            blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal }),
-          finish,
-        };
-      },
-      { checkContainer: true, writeId, landed: (view) => ({ existed, highestToken: view.hct }) },
-    );
+    const done = await runCommit(this.port, { bucket, key }, { op: "delete" }, commit);
+    return { existed: done.before.etag !== null, highestToken: done.highestToken };
   }
 
   async raiseHighestToken(bucket: string, key: string, token: number): Promise<number> {
@@ -323,33 +266,14 @@ export class AzureBackend implements StorageBackend {
   }
 
   private async raise(bucket: string, key: string, token: number): Promise<number> {
-    const writeId = newWriteId();
-    const blob = await this.store.blob(bucket, key);
-    return this.store.commitLoop(
-      { op: "raise", bucket, key },
-      NEVER,
-      (view) => {
-        if (view.hct !== null && view.hct >= token) return { finish: () => view.hct! };
-        const finish = () => token;
-        if (!view.exists) {
-          const metadata = encodeState(tombstoneState(token, writeId));
-          return {
-            send: (conditions, abortSignal) =>
-              blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal }),
-            finish,
-          };
-        }
-        const metadata = {
-          ...withoutState(view.rawMetadata),
-          ...encodeState(raisedState(view, token, writeId)),
-        };
-        return {
-          send: (conditions, abortSignal) => blob.setMetadata(metadata, { conditions, abortSignal }),
-          finish,
-        };
-      },
-      { checkContainer: false, writeId, landed: () => token },
-    );
+    const done = await runCommit(this.port, { bucket, key }, { op: "raise", token });
+    return done.highestToken ?? token;
+  }
+
+  /** The same state again under a new write id: a commit in flight over the old one cannot land. */
+  async touch(bucket: string, key: string): Promise<void> {
+    this.assertOpen();
+    await this.port.touch({ bucket, key });
   }
 
   async headObject(bucket: string, key: string): Promise<ObjectInfo> {
@@ -499,29 +423,3 @@ export class AzureBackend implements StorageBackend {
 
 const noSuchKey = (bucket: string, key: string) =>
   new DomainError("NoSuchKey", "the specified key does not exist", { bucket, key });
-
-const blocksDiscarded = () =>
-  new DomainError(
-    "SlowDown",
-    "a concurrent write to the same key committed first and discarded this write's staged blocks; nothing was changed, retry the request",
-    { retryAfterSeconds: 1 },
-  );
-
-const STATE_KEYS = new Set([STATE_KEY, HCT_KEY, TOMBSTONE_KEY]);
-
-/** The blob's own metadata without fencegate's entries (kept when only the HCT is raised). */
-function withoutState(raw: Record<string, string>): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (const [name, value] of Object.entries(raw)) if (!STATE_KEYS.has(name.toLowerCase())) out[name] = value;
-  return out;
-}
-
-/** The state of a blob whose HCT is raised to `token`, everything else as it was. */
-function raisedState(view: BlobView, token: number, writeId: string) {
-  if (view.state) return { ...view.state, hct: token, w: writeId };
-  if (view.live && view.info) {
-    // Adopted: the ETag, headers and metadata it showed so far become its stored state.
-    return liveState(token, view.s3Etag!, view.info.headers, view.info.userMetadata, undefined, writeId);
-  }
-  return tombstoneState(token, writeId); // a directory marker
-}

@@ -2,13 +2,11 @@ import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName, isValidBucketName } from "../../core/key-rules.js";
 import type { BucketInfo } from "../storage-backend.js";
 import { azureCode, azureStatus } from "./azure-errors.js";
-import type { AzureMultipartStore } from "./azure-multipart.js";
 import {
   type AzureStore,
   CONTAINER_CREATED,
   CONTAINER_DELETED,
   isAzureContainerName,
-  noSuchBucket,
 } from "./azure-store.js";
 import { liveEntries } from "./blob-listing.js";
 
@@ -19,10 +17,7 @@ import { liveEntries } from "./blob-listing.js";
  * can land after the bucket was deleted, and would then be lost with its HCT.
  */
 export class AzureBuckets {
-  constructor(
-    private readonly store: AzureStore,
-    private readonly uploads: AzureMultipartStore,
-  ) {}
+  constructor(private readonly store: AzureStore) {}
 
   async listBuckets(): Promise<BucketInfo[]> {
     const service = await this.store.service();
@@ -94,34 +89,10 @@ export class AzureBuckets {
     return this.store.requireBucket(bucket);
   }
 
-  async deleteBucket(bucket: string): Promise<void> {
-    const found = await this.store.containerState(bucket);
-    if (found.state !== "live") throw noSuchBucket(bucket);
-    await this.assertEmpty(bucket);
-    await this.uploads.removeAll(bucket);
+  /** Whether the bucket holds no live object (tombstones, directories and fencegate's blobs aside). */
+  async isEmpty(bucket: string): Promise<boolean> {
     const container = await this.store.container(bucket);
-    const marked = {
-      ...found.metadata,
-      [CONTAINER_DELETED]: new Date(this.store.opts.clock()).toISOString(),
-    };
-    await this.store.calls.run(`mark container ${bucket} deleted`, undefined, (abortSignal) =>
-      container.setMetadata(marked, { abortSignal }),
-    );
-    // A write that checked the bucket before the mark may have landed since the first look.
-    try {
-      await this.assertEmpty(bucket);
-    } catch (e) {
-      await this.store.calls.run(`unmark container ${bucket}`, undefined, (abortSignal) =>
-        container.setMetadata(found.metadata, { abortSignal }),
-      );
-      throw e;
-    }
-  }
-
-  async assertEmpty(bucket: string): Promise<void> {
-    const container = await this.store.container(bucket);
-    for await (const _entry of liveEntries(this.store, container, "", 1)) {
-      throw new DomainError("BucketNotEmpty", "the bucket you tried to delete is not empty", { bucket });
-    }
+    for await (const _entry of liveEntries(this.store, container, "", 1)) return false;
+    return true;
   }
 }

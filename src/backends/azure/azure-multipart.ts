@@ -1,7 +1,7 @@
-import { randomBytes } from "node:crypto";
 import type { BlobItem, BlockBlobClient, ContainerClient } from "@azure/storage-blob";
 import { DomainError } from "../../core/errors.js";
 import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import { runCommit } from "../../fence/commit-driver.js";
 import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import type {
@@ -23,8 +23,8 @@ import type {
 import { abandoned, azureStatus } from "./azure-errors.js";
 import { type AzureStore, isAzureContainerName, noSuchBucket } from "./azure-store.js";
 import { blobPages } from "./blob-listing.js";
-import { blobHeadersOf, encodeState, liveState } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
+import type { AzureObjectPort, AzureVersion } from "./object-port.js";
 import { assembleParts, type ListedPart } from "./part-assembly.js";
 import {
   decodePart,
@@ -77,6 +77,8 @@ export class AzureMultipartStore implements MultipartStore {
   constructor(
     private readonly store: AzureStore,
     private readonly assertOpen: () => void,
+    /** The backend's commit port (src/fence/commit-port.ts). */
+    private readonly port: () => AzureObjectPort,
   ) {}
 
   private get meta(): string {
@@ -86,12 +88,8 @@ export class AzureMultipartStore implements MultipartStore {
   async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
     this.assertOpen();
     await this.store.assertKey(input.key);
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-    const view = await this.store.readView(input.bucket, input.key, commit.signal, true);
     // Creating an upload changes nothing visible: the HCT rule is checked, the HCT not raised.
-    applyFence(commit.fence, view.hct);
-    checkWriteConditions(commit.conditions, view.live ? view.s3Etag : null);
+    const { highestToken } = await runCommit(this.port(), input, { op: "check" }, commit);
     const initiated = this.store.opts.clock();
     const uploadId = newUploadId(initiated);
     const record: UploadRecord = {
@@ -110,7 +108,7 @@ export class AzureMultipartStore implements MultipartStore {
         abortSignal,
       }),
     );
-    return { uploadId, highestToken: view.hct };
+    return { uploadId, highestToken };
   }
 
   async getUpload(ref: UploadRef): Promise<MultipartUpload> {
@@ -143,12 +141,9 @@ export class AzureMultipartStore implements MultipartStore {
     if (staged.status === "rejected") throw staged.reason;
     const body = staged.value;
     await input.body.digest;
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-
     // A part changes nothing visible: the HCT rule is checked against the object, not raised.
-    const view = await this.store.readView(input.bucket, input.key, commit.signal);
-    applyFence(commit.fence, view.hct);
+    const ref = { bucket: input.bucket, key: input.key };
+    const { highestToken } = await runCommit(this.port(), ref, { op: "check" }, commit);
     const at = this.store.opts.clock();
     const md5 = body.md5.toString("hex");
     const metadata = { [PART_META]: encodeJson({ md5, size: body.size, at } satisfies PartRecord) };
@@ -169,7 +164,7 @@ export class AzureMultipartStore implements MultipartStore {
       await this.removeBlob(blob);
       throw e;
     }
-    return { etag: `"${md5}"`, size: body.size, lastModified: new Date(at), highestToken: view.hct };
+    return { etag: `"${md5}"`, size: body.size, lastModified: new Date(at), highestToken };
   }
 
   async completeUpload(input: CompleteUploadInput, commit: FencedCommit): Promise<PutObjectResult> {
@@ -185,74 +180,55 @@ export class AzureMultipartStore implements MultipartStore {
     );
     const etag = multipartEtag(used.map((part) => part.md5));
     const size = used.reduce((sum, part) => sum + part.size, 0);
-    const at = { op: "complete" as const, bucket: input.bucket, key: input.key };
+    const ref = { bucket: input.bucket, key: input.key };
 
     // A completion the HCT or the conditions refuse already copies nothing.
     const early = await this.store.readView(input.bucket, input.key, commit.signal, true);
     applyFence(commit.fence, early.hct);
     checkWriteConditions(commit.conditions, early.live ? early.s3Etag : null);
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-    await this.assertUnchanged(input, used, commit.signal);
 
     const blob = await this.store.blob(input.bucket, input.key);
-    let blockIds = await this.assemble(input, blob, used, size, commit.signal);
-    await this.store.hook("body-staged", at);
-    const writeId = randomBytes(8).toString("hex");
-    const blobHTTPHeaders = blobHeadersOf(upload.metadata.headers);
+    const version: AzureVersion = {
+      staged: { kind: "blocks", blockIds: [], size },
+      etag,
+      headers: upload.metadata.headers,
+      userMetadata: upload.metadata.userMetadata,
+    };
+    const stage = async () => {
+      await this.assertUnchanged(input, used, commit.signal);
+      version.staged = {
+        kind: "blocks",
+        blockIds: await this.assemble(input, blob, used, size, commit.signal),
+        size,
+      };
+    };
     let restaged = 0;
-    const result = await this.store.commitLoop(
-      at,
-      commit.signal,
-      (view) => {
-        const highestToken = applyFence(commit.fence, view.hct);
-        checkWriteConditions(commit.conditions, view.live ? view.s3Etag : null);
-        const metadata = encodeState(
-          liveState(
-            highestToken,
-            etag,
-            upload.metadata.headers,
-            upload.metadata.userMetadata,
-            undefined,
-            writeId,
-          ),
+    // The parts are still there: stage them again when a concurrent commit discarded the blocks,
+    // a bounded number of times.
+    version.restage = async () => {
+      if (++restaged > RESTAGE_ATTEMPTS) {
+        throw new DomainError(
+          "SlowDown",
+          "concurrent writes to this key keep discarding the completion's staged blocks; nothing was changed, retry",
+          { retryAfterSeconds: 1 },
         );
-        return {
-          send: (conditions, abortSignal) =>
-            blob.commitBlockList(blockIds, { conditions, metadata, blobHTTPHeaders, abortSignal }),
-          finish: (answer) => ({
-            etag,
-            size,
-            lastModified: (answer as { lastModified?: Date }).lastModified ?? new Date(),
-            highestToken,
-            checksums: {},
-          }),
-          blocksLost: async () => {
-            // The parts are still there: stage them again, a bounded number of times.
-            if (++restaged > RESTAGE_ATTEMPTS) {
-              throw new DomainError(
-                "SlowDown",
-                "concurrent writes to this key keep discarding the completion's staged blocks; nothing was changed, retry",
-                { retryAfterSeconds: 1 },
-              );
-            }
-            await this.assertUnchanged(input, used, commit.signal);
-            blockIds = await this.assemble(input, blob, used, size, commit.signal);
-          },
-        };
-      },
-      {
-        checkContainer: false,
-        writeId,
-        landed: (view) => ({
-          etag,
-          size,
-          lastModified: view.info?.lastModified ?? new Date(),
-          highestToken: view.hct,
-          checksums: {},
-        }),
-      },
-    );
+      }
+      await stage();
+    };
+    // After prepare: the upload and its parts are still the ones listed, then their bytes are
+    // staged as blocks on the object's blob.
+    const ready = async () => {
+      await stage();
+      await this.store.hook("body-staged", { op: "complete", ...ref });
+    };
+    const done = await runCommit(this.port(), ref, { op: "put", version, ready }, commit);
+    const result: PutObjectResult = {
+      etag,
+      size,
+      lastModified: done.lastModified ?? new Date(),
+      highestToken: done.highestToken,
+      checksums: {},
+    };
     // Committed: a failure to clean up must not turn the answer into an error (the sweep retries).
     await this.removeUpload(input.bucket, input.uploadId).catch((e: unknown) => {
       this.store.opts.log?.warn(

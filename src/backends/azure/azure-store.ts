@@ -3,14 +3,7 @@ import { DomainError } from "../../core/errors.js";
 import { assertValidObjectKey } from "../../core/key-rules.js";
 import type { BucketInfo } from "../storage-backend.js";
 import { AzureCalls } from "./azure-calls.js";
-import {
-  abandoned,
-  azureStatus,
-  isBlobNotFound,
-  isContainerNotFound,
-  isInvalidBlockList,
-  isLostRace,
-} from "./azure-errors.js";
+import { azureStatus, isBlobNotFound, isContainerNotFound } from "./azure-errors.js";
 import type { AzureClient, AzureHookContext, AzureHookStep, ResolvedAzureOptions } from "./azure-options.js";
 import { type BlobView, MISSING, viewOf } from "./blob-state.js";
 
@@ -33,34 +26,8 @@ export type ContainerState =
   | { state: "deleted"; metadata: Record<string, string> }
   | { state: "live"; info: BucketInfo; metadata: Record<string, string> };
 
-/** One step of a commit, decided against the blob's current state. */
-export type CommitStep<R> = {
-  /** The conditional call (the loop supplies If-Match / If-None-Match); absent: nothing to write. */
-  send?: (
-    conditions: { ifMatch?: string; ifNoneMatch?: string },
-    abortSignal: AbortSignal,
-  ) => Promise<unknown>;
-  /** The write's result once `send` succeeded (its answer), or at once when there is no `send`. */
-  finish: (answer: unknown) => R;
-  /**
-   * Called when Put Block List finds its staged blocks gone (a concurrent commit discarded
-   * them); the loop then reads the blob again and asks for a new step. Absent: SlowDown.
-   */
-  blocksLost?: () => Promise<void>;
-};
-
-export type CommitLoopOptions<R> = {
-  /** Check the container is a live bucket on the first read (every write but raiseHighestToken). */
-  checkContainer: boolean;
-  /** The id the write stores in the state (`w`); with `landed`, a lost answer is recognised. */
-  writeId?: string;
-  landed?: (view: BlobView) => R;
-};
-
 export const noSuchBucket = (bucket: string) =>
   new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket });
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export class AzureStore {
   readonly calls: AzureCalls;
@@ -204,66 +171,5 @@ export class AzureStore {
     if (!checkContainer) return read;
     const [view] = await Promise.all([read, this.requireBucket(bucket, signal)]);
     return view;
-  }
-
-  /**
-   * The commit: read the blob's state, decide (the HCT rule and the write conditions throw their
-   * refusals), then one conditional call: If-Match the ETag just read, or If-None-Match: * when
-   * there was no blob. Azure changes a blob's ETag on every write, metadata included, so the call
-   * succeeds only if nothing changed since the read: the check and the write are one atomic step.
-   * A lost race (412, or 409 on a create) reads again and decides again, a bounded number of
-   * times with jittered backoff.
-   */
-  async commitLoop<R>(
-    at: AzureHookContext,
-    signal: AbortSignal,
-    decide: (view: BlobView) => CommitStep<R>,
-    options: CommitLoopOptions<R>,
-  ): Promise<R> {
-    for (let attempt = 1; ; attempt++) {
-      const view = await this.readView(at.bucket, at.key, signal, options.checkContainer && attempt === 1);
-      if (attempt > 1 && options.writeId && options.landed && view.state?.w === options.writeId) {
-        // An earlier attempt landed although its answer was lost (a retried or timed-out call).
-        return options.landed(view);
-      }
-      await this.hook("properties-read", at);
-      const step = decide(view);
-      if (!step.send) return step.finish(undefined);
-      await this.hook("before-commit", at);
-      const conditions = view.exists ? { ifMatch: view.azureEtag! } : { ifNoneMatch: "*" };
-      if (signal.aborted) throw abandoned();
-      let answer: unknown;
-      try {
-        // Once sent, a commit is seen through whatever the client does (only the deadline ends
-        // it): its outcome is what the fencing core records.
-        answer = await this.calls.run(
-          `commit ${at.bucket}/${at.key}`,
-          undefined,
-          (abortSignal) => step.send!(conditions, abortSignal),
-          (e) => isLostRace(e) || (step.blocksLost !== undefined && isInvalidBlockList(e)),
-        );
-      } catch (e) {
-        if (isInvalidBlockList(e)) {
-          await step.blocksLost!();
-        } else if (!isLostRace(e)) {
-          throw e;
-        }
-        if (attempt >= this.opts.maxCommitAttempts) {
-          throw new DomainError(
-            "SlowDown",
-            `too many concurrent writes to ${at.key}: the commit lost its compare-and-swap ${attempt} times; nothing was changed, retry`,
-            { retryAfterSeconds: 1 },
-          );
-        }
-        this.opts.log?.debug(
-          { bucket: at.bucket, key: at.key, attempt },
-          "azure: commit lost a race, retrying",
-        );
-        await sleep(Math.random() * Math.min(200, 2 ** attempt * 2));
-        continue;
-      }
-      await this.hook("after-commit", at);
-      return step.finish(answer);
-    }
   }
 }

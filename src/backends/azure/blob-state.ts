@@ -33,6 +33,8 @@ export type StoredState = {
    * retried request) recognises its own write when it reads the blob again.
    */
   w?: string;
+  /** The ids of the writes before it, oldest first (with `w`, at most WRITE_HISTORY). */
+  h?: string[];
 };
 
 /** What the gateway sees of the blob at an object's name. */
@@ -104,7 +106,8 @@ export function decodeState(encoded: string, where: string): StoredState {
   }
   const s = state as Partial<StoredState> | undefined;
   const hctOk = s?.hct === null || (typeof s?.hct === "number" && Number.isSafeInteger(s.hct) && s.hct >= 0);
-  if (s?.v !== 1 || !hctOk || (!s.deleted && typeof s.etag !== "string")) {
+  const historyOk = s?.h === undefined || (Array.isArray(s.h) && s.h.every((id) => typeof id === "string"));
+  if (s?.v !== 1 || !hctOk || !historyOk || (!s.deleted && typeof s.etag !== "string")) {
     // Never guess: reading this blob as unfenced would drop its HCT.
     throw new DomainError(
       "InternalError",
@@ -183,23 +186,26 @@ export function liveState(
   meta: Record<string, string>,
   checksums: Checksums | undefined,
   writeId?: string,
+  history?: string[],
 ): StoredState {
   return {
     v: 1,
     hct,
     etag,
     ...(writeId ? { w: writeId } : {}),
+    ...(history && history.length > 0 ? { h: history } : {}),
     ...(Object.keys(headers).length > 0 ? { headers } : {}),
     ...(Object.keys(meta).length > 0 ? { meta } : {}),
     ...(checksums && Object.keys(checksums).length > 0 ? { checksums } : {}),
   };
 }
 
-export const tombstoneState = (hct: number, writeId?: string): StoredState => ({
+export const tombstoneState = (hct: number | null, writeId?: string, history?: string[]): StoredState => ({
   v: 1,
   hct,
   deleted: true,
   ...(writeId ? { w: writeId } : {}),
+  ...(history && history.length > 0 ? { h: history } : {}),
 });
 
 // Blob properties travel as HTTP headers: a value outside printable ASCII stays in the state only.

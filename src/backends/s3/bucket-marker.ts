@@ -17,4 +17,3 @@ export function parseMarker(text: string): { phase: BucketPhase; since: number }
   }
   return { phase: "deleted", since: 0 };
 }
-

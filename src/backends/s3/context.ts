@@ -1,9 +1,9 @@
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { parseMarker } from "./bucket-marker.js";
 import type { CapabilityGate } from "./capability.js";
 import type { Layout } from "./layout.js";
-import { parseMarker } from "./bucket-marker.js";
 import type { S3CommitHooks } from "./options.js";
 import type { RecordStore } from "./record-store.js";
 import { newNonce, type ObjectRecord, type ReadRecord } from "./records.js";

@@ -3,9 +3,9 @@ import { newWriteId } from "../../fence/commit-driver.js";
 import type { ObjectRef } from "../../fence/commit-port.js";
 import type { S3Context } from "./context.js";
 import { BLOB_META, blobTime, decodeKey, UPLOAD_ID } from "./layout.js";
-import type { S3ObjectPort } from "./object-port.js";
 import { mapLimit } from "./map-limit.js";
-import { type ReadRecord, liveOf } from "./records.js";
+import type { S3ObjectPort } from "./object-port.js";
+import { liveOf, type ReadRecord } from "./records.js";
 import type { UploadStore } from "./upload-store.js";
 
 export type GarbageReport = {

@@ -14,10 +14,17 @@ import {
   type SwapOptions,
   WRITE_HISTORY,
 } from "../../fence/commit-port.js";
-import type { S3Context } from "./context.js";
 import { parseMarker } from "./bucket-marker.js";
+import type { S3Context } from "./context.js";
 import { blobTime } from "./layout.js";
-import { type LiveVersion, liveOf, newNonce, type ObjectRecord, type ReadRecord, writesOf } from "./records.js";
+import {
+  type LiveVersion,
+  liveOf,
+  newNonce,
+  type ObjectRecord,
+  type ReadRecord,
+  writesOf,
+} from "./records.js";
 import { noSuchBucket } from "./store-errors.js";
 import type { UploadStore } from "./upload-store.js";
 
@@ -86,7 +93,12 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
   }
 
   /** The record a change makes of `previous`, with this write's id after the history. */
-  nextRecord(key: string, previous: ObjectRecord | null, next: NextState<LiveVersion>, gc?: number): ObjectRecord {
+  nextRecord(
+    key: string,
+    previous: ObjectRecord | null,
+    next: NextState<LiveVersion>,
+    gc?: number,
+  ): ObjectRecord {
     const history = writesOf(previous).slice(-(WRITE_HISTORY - 1));
     const mark = Math.max(previous?.gc ?? 0, gc ?? 0);
     const record: ObjectRecord = {

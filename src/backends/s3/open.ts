@@ -54,7 +54,7 @@ export function createS3Backend(options: S3BackendOptions): S3Backend {
     requestTimeoutMs,
   });
   const layout = new Layout(metaPrefix);
-  const records = new RecordStore(store, layout, new EtagCache<ObjectRecord>(), options.log);
+  const records = new RecordStore(store, layout, new EtagCache<ObjectRecord>());
   const gate = new CapabilityGate(store, layout, {
     verify: options.verify ?? true,
     ...(options.verifyBucket !== undefined ? { verifyBucket: options.verifyBucket } : {}),

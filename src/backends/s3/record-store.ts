@@ -1,4 +1,3 @@
-import type { Logger } from "../../core/log.js";
 import type { SwapAnswer } from "../../fence/commit-port.js";
 import type { EtagCache } from "./etag-cache.js";
 import type { Layout } from "./layout.js";
@@ -14,7 +13,6 @@ export class RecordStore {
     private readonly store: Store,
     private readonly layout: Layout,
     private readonly cache: EtagCache<ObjectRecord>,
-    private readonly log?: Logger,
   ) {}
 
   /** The key's record and its ETag; null when there is none. NoSuchBucket. */

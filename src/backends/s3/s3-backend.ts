@@ -30,7 +30,7 @@ import type { S3ObjectPort } from "./object-port.js";
 import type { ResolvedOptions } from "./options.js";
 import { type LiveVersion, liveOf } from "./records.js";
 import type { S3MultipartStore } from "./s3-multipart.js";
-import { abandoned, noSuchKey } from "./store-errors.js";
+import { noSuchKey } from "./store-errors.js";
 import type { UploadStore } from "./upload-store.js";
 
 /**

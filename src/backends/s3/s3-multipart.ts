@@ -24,7 +24,6 @@ import type { S3Context } from "./context.js";
 import { BLOB_META, encodeKey, newUploadId } from "./layout.js";
 import type { S3ObjectPort } from "./object-port.js";
 import type { LiveVersion } from "./records.js";
-import { abandoned } from "./store-errors.js";
 import type { UploadStore } from "./upload-store.js";
 import { type PartManifest, toPartInfo, toUpload, type UploadManifest } from "./uploads.js";
 
@@ -172,7 +171,12 @@ export class S3MultipartStore implements MultipartStore {
         }
       }
     };
-    const { highestToken } = await runCommit(this.port, { bucket, key }, { op: "put", version, ready }, commit);
+    const { highestToken } = await runCommit(
+      this.port,
+      { bucket, key },
+      { op: "put", version, ready },
+      commit,
+    );
     await this.uploads
       .remove(bucket, uploadId)
       .catch((err) =>

@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { DeleteObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { createS3Backend, type S3Backend, OutcomeUnknownError } from "../../../src/backends/s3/index.js";
+import { createS3Backend, OutcomeUnknownError, type S3Backend } from "../../../src/backends/s3/index.js";
 import { DomainError } from "../../../src/core/errors.js";
 import { fencedCommit } from "../../../src/fence/commit.js";
 import { metadataOf, readAll, verifiedBody } from "../../support/bodies.js";

@@ -1,0 +1,341 @@
+import { DomainError } from "../../core/errors.js";
+import { ABANDONED_DELETION_MS, inProgress } from "../../fence/bucket-deletion.js";
+import { runCommit } from "../../fence/commit-driver.js";
+import {
+  type BucketMarker,
+  type BucketPhase,
+  type BucketPort,
+  type CasPort,
+  type NextState,
+  type ObjectRef,
+  type Observed,
+  type ReadOptions,
+  type SwapAnswer,
+  type SwapOptions,
+  WRITE_HISTORY,
+} from "../../fence/commit-port.js";
+import type { Checksums, ObjectHeaders } from "../storage-backend.js";
+import { azureStatus, isContainerNotFound, isInvalidBlockList, isLostRace } from "./azure-errors.js";
+import type { AzureMultipartStore } from "./azure-multipart.js";
+import { type AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
+import {
+  type BlobView,
+  blobHeadersOf,
+  encodeState,
+  HCT_KEY,
+  liveState,
+  STATE_KEY,
+  type StoredState,
+  TOMBSTONE_KEY,
+  tombstoneState,
+} from "./blob-state.js";
+
+/**
+ * The Azure backend as the commit driver sees it (src/fence/commit-port.ts). An object's state is
+ * the blob at its name: Azure changes a blob's ETag on every write, metadata included, so that
+ * ETag is the compare-and-swap version, and a conditional Put Blob, Put Block List or Set Blob
+ * Metadata is a true compare-and-swap. The write history (`w`, `h`) lives in the blob's state
+ * (blob-state.ts).
+ *
+ * The bucket's state: the container's metadata says deleted (every reader looks there), and the
+ * marker blob `<meta>bucket` carries the phase of a deletion (live, deleting, deleted), replaced by
+ * compare-and-swap. A write reads both after the object's blob (ReadPurpose "write").
+ */
+
+/** A version staged for a commit: the body's bytes and what the object's state will say. */
+export type AzureVersion = {
+  /** The bytes: in memory (one Put Blob), or staged as blocks on the object's blob. */
+  staged:
+    | { kind: "buffer"; data: Buffer; size: number }
+    | { kind: "blocks"; blockIds: string[]; size: number };
+  /** The bytes' MD5, for the blob's Content-MD5 (readers that bypass the gateway). */
+  contentMd5?: Buffer;
+  /** The S3 ETag, quoted. */
+  etag: string;
+  headers: ObjectHeaders;
+  userMetadata: Record<string, string>;
+  checksums?: Checksums;
+  /** Set when a concurrent commit discarded the staged blocks. */
+  blocksLost?: boolean;
+  /** Stages the bytes again after that (a completion can, its parts are still there). */
+  restage?: () => Promise<void>;
+};
+
+/** Metadata keys of the bucket's marker blob. */
+const PHASE_KEY = "fencegate_phase";
+const SINCE_KEY = "fencegate_since";
+
+export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
+  readonly kind = "cas";
+
+  constructor(
+    private readonly store: AzureStore,
+    private readonly uploads: () => AzureMultipartStore,
+    private readonly empty: (bucket: string) => Promise<boolean>,
+  ) {}
+
+  async read(ref: ObjectRef, opts: ReadOptions): Promise<Observed> {
+    const view = await this.store.readView(ref.bucket, ref.key, opts.signal);
+    if (opts.purpose === "write") await this.requireWritable(ref.bucket, opts.signal);
+    await this.store.hook("properties-read", { op: "put", ...ref });
+    return observed(view);
+  }
+
+  async swap(
+    ref: ObjectRef,
+    from: Observed,
+    next: NextState<AzureVersion>,
+    opts: SwapOptions,
+  ): Promise<SwapAnswer> {
+    const view = from.raw as BlobView;
+    const at = { op: hookOp(opts.op), ...ref };
+    await this.store.hook("before-commit", at);
+    const blob = await this.store.blob(ref.bucket, ref.key);
+    const conditions = from.version === null ? { ifNoneMatch: "*" } : { ifMatch: from.version };
+    const history = [...from.writes].slice(-(WRITE_HISTORY - 1));
+    let answer: { lastModified?: Date };
+    try {
+      answer = await this.store.calls.run(
+        `commit ${ref.bucket}/${ref.key}`,
+        undefined,
+        (abortSignal) => {
+          if (next.kind === "put") {
+            const v = next.version;
+            const metadata = encodeState(
+              liveState(next.hct, v.etag, v.headers, v.userMetadata, v.checksums, next.writeId, history),
+            );
+            const blobHTTPHeaders = blobHeadersOf(v.headers, v.contentMd5);
+            return v.staged.kind === "buffer"
+              ? blob.upload(v.staged.data, v.staged.size, {
+                  conditions,
+                  metadata,
+                  blobHTTPHeaders,
+                  abortSignal,
+                })
+              : blob.commitBlockList(v.staged.blockIds, {
+                  conditions,
+                  metadata,
+                  blobHTTPHeaders,
+                  abortSignal,
+                });
+          }
+          if (next.kind === "delete" || !view.exists) {
+            // A tombstone (zero bytes, the state says deleted): also what an HCT raise leaves
+            // where nothing is stored.
+            const metadata = encodeState(tombstoneState(next.hct, next.writeId, history));
+            return blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal });
+          }
+          const metadata = {
+            ...withoutState(view.rawMetadata),
+            ...encodeState(keptState(view, next.hct, next.writeId, history)),
+          };
+          return blob.setMetadata(metadata, { conditions, abortSignal });
+        },
+        (e) => isLostRace(e) || (next.kind === "put" && isInvalidBlockList(e)),
+      );
+    } catch (e) {
+      if (next.kind === "put" && isInvalidBlockList(e)) {
+        // A concurrent commit of this blob discarded the staged blocks: nothing changed.
+        next.version.blocksLost = true;
+        return { outcome: "lost" };
+      }
+      if (isLostRace(e)) return { outcome: "lost" };
+      if (isUnknown(e)) return { outcome: "unknown", error: e };
+      throw e;
+    }
+    await this.store.hook("after-commit", at);
+    return { outcome: "swapped", ...(answer.lastModified ? { lastModified: answer.lastModified } : {}) };
+  }
+
+  async usable(version: AzureVersion): Promise<void> {
+    if (!version.blocksLost) return;
+    if (!version.restage) throw blocksDiscarded();
+    await version.restage();
+    version.blocksLost = false;
+  }
+
+  async discard(): Promise<void> {
+    // Staged blocks change nothing; the blob's next commit (or Azure, after 7 days) discards them.
+  }
+
+  async touch(ref: ObjectRef): Promise<void> {
+    await runCommit(this, ref, { op: "touch" });
+  }
+
+  // ---- the bucket's state ----
+
+  async bucketState(bucket: string): Promise<BucketMarker> {
+    const [container, marker] = await Promise.all([
+      this.store.containerState(bucket),
+      this.readMarker(bucket),
+    ]);
+    if (container.state === "missing") throw noSuchBucket(bucket);
+    if (container.state === "deleted") return { ...marker, phase: "deleted" };
+    return marker;
+  }
+
+  async setBucketState(bucket: string, from: BucketMarker, phase: BucketPhase): Promise<BucketMarker | null> {
+    const blob = await this.store.blob(bucket, this.markerName());
+    const since = this.store.opts.clock();
+    const conditions = from.version === null ? { ifNoneMatch: "*" } : { ifMatch: from.version };
+    let etag: string | undefined;
+    try {
+      etag = (
+        await this.store.calls.run(
+          `mark ${bucket} ${phase}`,
+          undefined,
+          (abortSignal) =>
+            blob.upload(Buffer.alloc(0), 0, {
+              conditions,
+              metadata: { [PHASE_KEY]: phase, [SINCE_KEY]: String(since) },
+              abortSignal,
+            }),
+          isLostRace,
+        )
+      ).etag;
+    } catch (e) {
+      if (isLostRace(e)) return null;
+      throw e;
+    }
+    // Readers look at the container's metadata: it follows the marker.
+    if (phase === "deleted") await this.markContainer(bucket, true);
+    if (phase === "live" && from.phase === "deleted") await this.markContainer(bucket, false);
+    return { phase, since, version: etag ?? null };
+  }
+
+  async isEmpty(bucket: string): Promise<boolean> {
+    return this.empty(bucket);
+  }
+
+  async removeUploads(bucket: string): Promise<void> {
+    await this.uploads().removeAll(bucket);
+  }
+
+  /**
+   * NoSuchBucket when the bucket is deleted; OperationAborted while a deletion runs. A deletion
+   * abandoned long ago is taken back, so that a deletion that was only paused fails at its end.
+   */
+  private async requireWritable(bucket: string, signal?: AbortSignal): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      const [container, marker] = await Promise.all([
+        this.store.containerState(bucket, signal),
+        this.readMarker(bucket, signal),
+      ]);
+      if (container.state !== "live" || marker.phase === "deleted") throw noSuchBucket(bucket);
+      if (marker.phase === "live") return;
+      if (this.store.opts.clock() - marker.since < ABANDONED_DELETION_MS || attempt > 3) {
+        throw inProgress(bucket);
+      }
+      await this.setBucketState(bucket, marker, "live");
+    }
+  }
+
+  private markerName(): string {
+    return `${this.store.opts.metaPrefix}bucket`;
+  }
+
+  private async readMarker(bucket: string, signal?: AbortSignal): Promise<BucketMarker> {
+    if (!isAzureContainerName(bucket)) throw noSuchBucket(bucket);
+    const blob = await this.store.blob(bucket, this.markerName());
+    try {
+      const props = await this.store.calls.run(
+        `read the marker of ${bucket}`,
+        signal,
+        (abortSignal) => blob.getProperties({ abortSignal }),
+        (e) => azureStatus(e) === 404,
+      );
+      const metadata = lowerKeys(props.metadata);
+      const phase = metadata[PHASE_KEY];
+      const since = Number(metadata[SINCE_KEY]);
+      return {
+        phase: phase === "deleting" || phase === "deleted" ? phase : "live",
+        since: Number.isFinite(since) ? since : 0,
+        version: props.etag ?? null,
+      };
+    } catch (e) {
+      if (isContainerNotFound(e)) throw noSuchBucket(bucket);
+      if (azureStatus(e) === 404) return { phase: "live", since: 0, version: null };
+      throw e;
+    }
+  }
+
+  private async markContainer(bucket: string, deleted: boolean): Promise<void> {
+    const found = await this.store.containerState(bucket);
+    if (found.state === "missing") return;
+    const { [CONTAINER_DELETED]: _mark, ...kept } = found.metadata;
+    const metadata = deleted
+      ? { ...kept, [CONTAINER_DELETED]: new Date(this.store.opts.clock()).toISOString() }
+      : kept;
+    const container = await this.store.container(bucket);
+    await this.store.calls.run(`mark container ${bucket}`, undefined, (abortSignal) =>
+      container.setMetadata(metadata, { abortSignal }),
+    );
+  }
+}
+
+/** A blob's view as the driver's state. */
+export function observed(view: BlobView): Observed {
+  const state = view.state;
+  return {
+    hct: view.hct,
+    etag: view.live ? view.s3Etag : null,
+    deleted: state?.deleted === true,
+    // A directory of a hierarchical namespace is a path, not a stored object.
+    stored: view.live || state !== null,
+    writes: state ? [...(state.h ?? []), ...(state.w ? [state.w] : [])] : [],
+    version: view.exists ? view.azureEtag : null,
+    raw: view,
+  };
+}
+
+/**
+ * A conditional call that was sent and got no answer (our deadline, a reset, a 5xx): it may have
+ * landed. The deadline's error is a DomainError ServiceUnavailable whose cause is the abort.
+ */
+function isUnknown(e: unknown): boolean {
+  return e instanceof DomainError && (e.code === "ServiceUnavailable" || e.code === "SlowDown");
+}
+
+const blocksDiscarded = () =>
+  new DomainError(
+    "SlowDown",
+    "a concurrent write to the same key committed first and discarded this write's staged blocks; nothing was changed, retry the request",
+    { retryAfterSeconds: 1 },
+  );
+
+const STATE_KEYS = new Set([STATE_KEY, HCT_KEY, TOMBSTONE_KEY]);
+
+/** The blob's own metadata without fencegate's entries (kept when only the HCT is raised). */
+function withoutState(raw: Record<string, string>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(raw)) if (!STATE_KEYS.has(name.toLowerCase())) out[name] = value;
+  return out;
+}
+
+/** The state of a blob whose HCT (or write id) changes, everything else as it was. */
+function keptState(view: BlobView, hct: number | null, writeId: string, history: string[]): StoredState {
+  if (view.state) return { ...view.state, hct, w: writeId, h: history };
+  if (view.live && view.info) {
+    // Adopted: the ETag, headers and metadata it showed so far become its stored state.
+    return liveState(
+      hct,
+      view.s3Etag!,
+      view.info.headers,
+      view.info.userMetadata,
+      undefined,
+      writeId,
+      history,
+    );
+  }
+  return tombstoneState(hct, writeId, history); // a directory marker
+}
+
+function lowerKeys(metadata: Record<string, string> | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(metadata ?? {})) out[name.toLowerCase()] = value;
+  return out;
+}
+
+function hookOp(op: string): "put" | "delete" | "raise" {
+  return op === "delete" ? "delete" : op === "put" ? "put" : "raise";
+}
