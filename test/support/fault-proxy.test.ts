@@ -110,6 +110,14 @@ function readSlowly(stream: Readable, count: (bytes: number) => void): void {
   });
 }
 
+/** Rejects when `promise` has not settled within `ms`: a hold that never happens fails fast. */
+function within<T>(promise: Promise<T>, ms = 5_000): Promise<T> {
+  return Promise.race([
+    promise,
+    sleep(ms).then(() => Promise.reject(new Error(`not reached within ${ms} ms`))),
+  ]);
+}
+
 const uniqueKey = (name: string) => `${name}-${randomUUID().slice(0, 8)}`;
 
 type Echoed = { method: string; url: string; rawHeaders: string[]; body: string };
@@ -361,7 +369,7 @@ describe("actions", () => {
     const put = s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: "held body" })).finally(() => {
       answered = true;
     });
-    const info = await rule.reached;
+    const info = await within(rule.reached);
     expect(info).toMatchObject({ method: "PUT", path: `/${bucket}/${key}` });
     expect(rule.held).toBe(1);
     await sleep(200);
@@ -387,7 +395,7 @@ describe("actions", () => {
     const put = s3.send(new PutObjectCommand({ Bucket: bucket, Key: key, Body: "sent by a dead client" }), {
       abortSignal: abort.signal,
     });
-    await rule.reached;
+    await within(rule.reached);
     abort.abort();
     await expect(put).rejects.toThrow();
     await sleep(50);
@@ -600,7 +608,7 @@ describe("rules", () => {
     // An answer on its way back when the partition starts is lost; the store did act.
     const answer = proxy.on({ path: "/slow" }, { kind: "delay-answer", ms: 200 });
     const slow = raw(proxy.url, { path: "/slow" });
-    await answer.reached;
+    await within(answer.reached);
     proxy.partition(true);
     await expect(slow).rejects.toThrow();
     proxy.partition(false);
@@ -613,7 +621,7 @@ describe("rules", () => {
     const proxy = await proxyTo(echo.url);
     const hold = proxy.on({}, { kind: "hold" });
     const held = raw(proxy.url, { path: "/x" });
-    await hold.reached;
+    await within(hold.reached);
     proxy.partition(true);
     proxy.clear();
     expect((await held).status).toBe(200);

@@ -49,6 +49,14 @@ async function connected(c: Redis): Promise<Redis> {
 /** What Redis holds at `key`, read directly (not through the proxy). */
 const direct = (...args: string[]) => redisCommand(redis.server.port, ...args);
 
+/** Rejects when `promise` has not settled within `ms`: a hold that never happens fails fast. */
+function within<T>(promise: Promise<T>, ms = 5_000): Promise<T> {
+  return Promise.race([
+    promise,
+    sleep(ms).then(() => Promise.reject(new Error(`not reached within ${ms} ms`))),
+  ]);
+}
+
 let n = 0;
 const unique = (name: string) => `${name}:${++n}:${Date.now()}`;
 
@@ -193,7 +201,7 @@ describe("actions", () => {
     const k = unique("held");
     const rule = p.on({ command: "SET", args: (a) => a[0] === k }, { kind: "hold" });
     const set = c.set(k, "1");
-    const info = await rule.reached;
+    const info = await within(rule.reached);
     expect(info).toMatchObject({ command: "SET", args: [k, "1"] });
     const after = c.get(k);
     let answered = false;
@@ -215,7 +223,7 @@ describe("actions", () => {
     const k = unique("orphan");
     const rule = p.on({ command: "SET" }, { kind: "hold" });
     const set = c.set(k, "from a dead client");
-    await rule.reached;
+    await within(rule.reached);
     c.disconnect();
     await expect(set).rejects.toThrow();
     await sleep(50);
@@ -355,6 +363,28 @@ describe("pub/sub and the lease store", () => {
     await direct("PUBLISH", channel, "two");
     await waitFor(() => got.includes("two"), { what: "the message after the reconnect" });
     expect(got).toEqual(["one", "two"]);
+  });
+
+  it("a subscribed connection's replies pass through unpaired; answer faults do not apply there", async () => {
+    const p = await proxy();
+    const [a, b] = [unique("a"), unique("b")];
+    const { socket, read } = await rawConnection(p.port);
+    // Two confirmations answer one SUBSCRIBE; had they been paired, the second would count as
+    // PING's reply, and the drop-answer rule would drop it and close the connection.
+    const dropped = p.on({ command: "PING" }, { kind: "drop-answer" });
+    socket.write(resp("SUBSCRIBE", a, b) + resp("PING"));
+    await waitFor(() => read().includes("pong"), { what: "the pong" });
+    expect(dropped.count).toBe(1);
+    await direct("PUBLISH", b, "still here");
+    await waitFor(() => read().includes("still here"), { what: "the message" });
+    expect(read()).toMatch(
+      new RegExp(`subscribe\\r\\n\\$${a.length}\\r\\n${a}[^]*subscribe[^]*${b}[^]*pong[^]*still here`),
+    );
+    expect(socket.destroyed).toBe(false);
+    expect(p.seen.find((s) => s.command === "PING")).toMatchObject({
+      action: "drop-answer",
+      error: expect.stringMatching(/forwarded as is/),
+    });
   });
 
   it("the Redis lease store works through it, and again after its connection is killed", async () => {
