@@ -1,23 +1,3 @@
-import {
-  Agent,
-  createServer,
-  type IncomingHttpHeaders,
-  type IncomingMessage,
-  request,
-  type ServerResponse,
-} from "node:http";
-import type { AddressInfo, Socket } from "node:net";
-import type { Readable } from "node:stream";
-import {
-  type ChaosOptions,
-  type FaultAction,
-  type FaultKind,
-  type FaultRule,
-  FaultRules,
-  type RuleOptions,
-} from "./fault-rules.js";
-import { sleep } from "./wait.js";
-
 /**
  * An HTTP/1.1 proxy that sits on the wire between the gateway and an HTTP store (an S3 upstream,
  * Azurite), for the safety tests: point the gateway's store endpoint at `proxy.url` and pick
@@ -48,9 +28,40 @@ import { sleep } from "./wait.js";
  * commits). The proxy never throws on a client or store that goes away: what went wrong is
  * written in the request's `seen` entry, and the client sees its connection close.
  *
- * Users: the safety scenarios (a gateway on an S3 or Azure backend through the proxy), and its
- * own tests in fault-proxy.test.ts.
+ * For example, a commit on an S3 store whose answer is lost (the gateway must answer 503 with
+ * `x-fence-outcome: unknown`), then the next one held while its gateway is killed:
+ *
+ *     const proxy = await startHttpFaultProxy(store.url); // the gateway's FENCEGATE_S3_ENDPOINT
+ *     proxy.on({ method: "PUT", path: /\/\.fencegate\/r\// }, { kind: "drop-answer" });
+ *     const held = proxy.on({ method: "PUT", path: `/${bucket}/.fencegate/r/${key}` }, { kind: "hold" });
+ *     await held.reached; // kill -9 the gateway here
+ *     held.release();     // the commit reaches the store all the same
+ *
+ * Meant for the safety scenarios that put a gateway on an S3 or Azure backend behind it, in time
+ * in place of the ad-hoc proxies (test/backends/s3/proxy.ts, test/client/fault-proxy.ts, the
+ * holds of test/safety/remote-stores.ts). Its own tests: fault-proxy.test.ts.
  */
+import {
+  Agent,
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  request,
+  type ServerResponse,
+} from "node:http";
+import type { AddressInfo, Socket } from "node:net";
+import type { Readable } from "node:stream";
+import {
+  type ChaosOptions,
+  type FaultAction,
+  type FaultKind,
+  type FaultRule,
+  FaultRules,
+  type RuleOptions,
+  resetSocket as reset,
+} from "./fault-rules.js";
+import { sleep } from "./wait.js";
+
 export type HttpMatch = {
   /** One method or several (upper case, as on the wire). */
   method?: string | string[];
@@ -319,16 +330,6 @@ function decodePath(raw: string): string {
     return decodeURIComponent(raw);
   } catch {
     return raw;
-  }
-}
-
-/** A TCP reset (RST) where the socket allows it, else a plain close. */
-function reset(socket: Socket): void {
-  if (socket.destroyed) return;
-  try {
-    socket.resetAndDestroy();
-  } catch {
-    socket.destroy();
   }
 }
 

@@ -6,6 +6,7 @@
  * 1); rules are tried in the order they were added and the first one with takes left wins. A
  * request no rule takes goes to the random mode when it is on (`chaos`), else it is forwarded.
  */
+import type { Socket } from "node:net";
 
 /** What a proxy does with one request (each proxy's header says what each means on its wire). */
 export type FaultAction =
@@ -232,4 +233,14 @@ function wait(gate: Gate): Promise<boolean> {
 
 function open(gate: Gate, go: boolean): void {
   for (const resolve of gate.waiting.splice(0)) resolve(go);
+}
+
+/** A TCP reset (RST) where the socket allows it, else a plain close. */
+export function resetSocket(socket: Socket): void {
+  if (socket.destroyed) return;
+  try {
+    socket.resetAndDestroy();
+  } catch {
+    socket.destroy();
+  }
 }

@@ -1,15 +1,3 @@
-import { connect, createServer, type Socket } from "node:net";
-import {
-  type ChaosOptions,
-  type FaultAction,
-  type FaultKind,
-  type FaultRule,
-  FaultRules,
-  type RuleOptions,
-} from "./fault-rules.js";
-import { commandArgs, RespReader, replySummary } from "./resp-reader.js";
-import { sleep } from "./wait.js";
-
 /**
  * A TCP proxy in front of one redis-server that reads the Redis protocol both ways, for the
  * safety tests: point a lease store (or any ioredis client) at `proxy.url` and pick commands by
@@ -42,8 +30,31 @@ import { sleep } from "./wait.js";
  * pushes pass through unpaired at any time. Replies are passed on whole, one at a time (no
  * backpressure: this is for test-sized values).
  *
- * Users: the safety tests of the Redis and Redlock lease stores, and redis-fault-proxy.test.ts.
+ * For example, a lease script that Redis runs but whose reply never comes back, then a
+ * connection stalled on its next script:
+ *
+ *     const proxy = await startRedisFaultProxy(redis.port); // the lease store's URL: proxy.url
+ *     proxy.on({ command: ["EVALSHA", "EVAL"] }, { kind: "drop-answer" });
+ *     const stalled = proxy.on({ command: "EVALSHA" }, { kind: "hold" });
+ *     await stalled.reached; // SIGSTOP the lease holder, take the lease elsewhere...
+ *     stalled.release();
+ *
+ * Meant for the safety tests of the Redis and Redlock lease stores and of the Redis audit log.
+ * Its own tests: redis-fault-proxy.test.ts.
  */
+import { connect, createServer, type Socket } from "node:net";
+import {
+  type ChaosOptions,
+  type FaultAction,
+  type FaultKind,
+  type FaultRule,
+  FaultRules,
+  type RuleOptions,
+  resetSocket as reset,
+} from "./fault-rules.js";
+import { commandArgs, RespReader, replySummary } from "./resp-reader.js";
+import { sleep } from "./wait.js";
+
 export type RedisMatch = {
   /** A command name or several, any case (e.g. "EVALSHA", ["SET", "GET"]); default: any. */
   command?: string | string[];
@@ -372,14 +383,4 @@ function matchesRedis(match: RedisMatch, info: RedisCommandInfo): boolean {
 
 function noteError(entry: RedisSeen | null, error: string): void {
   if (entry && entry.error === undefined) entry.error = error;
-}
-
-/** A TCP reset (RST) where the socket allows it, else a plain close. */
-function reset(socket: Socket): void {
-  if (socket.destroyed) return;
-  try {
-    socket.resetAndDestroy();
-  } catch {
-    socket.destroy();
-  }
 }
