@@ -252,6 +252,10 @@ export async function startHttpFaultProxy(targetUrl: string): Promise<HttpFaultP
       at: Date.now(),
     };
     seen.push(entry);
+    // A client gone mid-answer must not take the proxy down with it.
+    res.on("error", (e: Error) => {
+      entry.error ??= e.message;
+    });
     if (partitioned) {
       entry.action = "partitioned";
       reset(req.socket);
