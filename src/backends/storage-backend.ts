@@ -2,6 +2,7 @@ import type { Readable } from "node:stream";
 import type { TxDomain } from "../core/tx.js";
 import type { InFlightWrites } from "../fence/bucket-deletion.js";
 import type { CommitOutcome, FencedCommit, WriteConditions } from "../fence/commit.js";
+import type { EarlyState } from "../fence/commit-port.js";
 
 /**
  * The contract every storage backend (fs, memory, s3, azure) fulfils, and every type backends
@@ -93,6 +94,8 @@ export type WriteState = {
   highestToken: number | null;
   /** The live object's ETag, or null when there is none. */
   etag: string | null;
+  /** What a compare-and-swap backend read, to be handed back with the commit (FencedCommit.early). */
+  early?: EarlyState;
 };
 
 export type PutObjectInput = {

@@ -18,7 +18,7 @@ export const ABANDONED_DELETION_MS = 30_000;
  * 1. The marker goes from live to deleting (compare-and-swap). From then on a write that reads
  *    the marker is refused (OperationAborted); reads go on.
  * 2. Every object with a commit in flight is touched (the same state under a new write id). A
- *    write that saw the marker still live read its object before step 1 (ReadPurpose "write"),
+ *    write that saw the marker still live read its object before step 1 (CasPort.checkBucket),
  *    hence before the touch, so its conditional write fails, and when it reads again it sees the
  *    marker. Commits in flight are exactly those with a commit intent in the lease store: every
  *    write to such a backend records one before its first read.

@@ -8,6 +8,7 @@ import type {
   NextState,
   ObjectRef,
   Observed,
+  ReadOptions,
   StepPort,
   SwapAnswer,
 } from "./commit-port.js";
@@ -137,8 +138,8 @@ function decide<S>(
   }
 }
 
-const purposeOf = (spec: CommitSpec<unknown>) =>
-  spec.op === "raise" || spec.op === "touch" ? ("state" as const) : ("write" as const);
+/** Whether the commit is a client's write (the bucket must be writable), not a raise or a touch. */
+const isWrite = (spec: CommitSpec<unknown>) => spec.op !== "raise" && spec.op !== "touch";
 
 /** Whether the commit needs the live ETag of a foreign object too (conditions, a delete's answer). */
 const needsEtag = (spec: CommitSpec<unknown>, commit: FencedCommit | undefined) =>
@@ -155,11 +156,11 @@ async function runStep<S>(
   const writeId = newWriteId();
   let highestToken: number | null = null;
   const done = await port.domain.run(() =>
-    port.step(ref, purposeOf(spec), (state) => {
+    port.step(ref, isWrite(spec), (state) => {
       const decided = decide(spec, state, commit, writeId);
       highestToken = decided.highestToken;
       // Inside the step: the lease check and the audit record when they share the domain.
-      if (commit && spec.op !== "raise" && spec.op !== "touch") commit.atomic({ highestToken });
+      if (commit && isWrite(spec)) commit.atomic({ highestToken });
       return decided.next;
     }),
   );
@@ -174,9 +175,16 @@ async function runSwaps<S>(
   commit: FencedCommit | undefined,
 ): Promise<CommitResult> {
   const writeId = newWriteId();
-  const purpose = purposeOf(spec);
+  const write = isWrite(spec);
   const etag = needsEtag(spec, commit);
-  let observed = await port.read(ref, { purpose, attempt: 1, etag });
+  // The fencing core's look before the body, when it is this object's, saves the first read.
+  const early = commit?.early;
+  let observed =
+    early && early.ref.bucket === ref.bucket && early.ref.key === ref.key
+      ? early.observed
+      : await port.read(ref, { attempt: 1, etag });
+  // After the object's state, never before: see CasPort.checkBucket.
+  if (write) await port.checkBucket(ref.bucket);
   /** The state the last send whose answer never came was conditioned on. */
   let uncertain: Observed | null = null;
   for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
@@ -198,7 +206,7 @@ async function runSwaps<S>(
         };
       }
       if (answer.outcome === "unknown") uncertain = observed;
-      const now = await readAfter(port, ref, { purpose, attempt, etag }, writeId, uncertain, answer);
+      const now = await readAfter(port, ref, { attempt: attempt + 1, etag }, writeId, uncertain, answer);
       if (now.writes.includes(writeId)) {
         // An earlier send landed although its answer was lost (or was a lost race's 412).
         await landedOver(port, ref, uncertain ?? observed, next);
@@ -209,11 +217,9 @@ async function runSwaps<S>(
         if (uncertain !== null && !successorKnown(now, uncertain)) {
           throw new OutcomeUnknownError(ref, writeId, uncertain, port, answerError(answer));
         }
-        // The read that found it skipped the bucket's state (a write that may have landed must
-        // not be refused for it): a write decides again on a full read.
-        observed =
-          uncertain !== null && purpose === "write" ? await port.read(ref, { purpose, attempt, etag }) : now;
         uncertain = null;
+        observed = now;
+        if (write) await port.checkBucket(ref.bucket);
         break;
       }
       // Unchanged. A lost race with the state unchanged is S3's transient 409: decide again.
@@ -235,15 +241,13 @@ async function runSwaps<S>(
 async function readAfter<S>(
   port: CasPort<S>,
   ref: ObjectRef,
-  opts: { purpose: "write" | "state"; attempt: number; etag: boolean },
+  opts: ReadOptions,
   writeId: string,
   uncertain: Observed | null,
   answer: SwapAnswer,
 ): Promise<Observed> {
   try {
-    // A write's bucket check would refuse a write that may already have landed: state only.
-    const purpose = uncertain ? "state" : opts.purpose;
-    return await port.read(ref, { purpose, attempt: opts.attempt + 1, etag: opts.etag });
+    return await port.read(ref, opts);
   } catch (e) {
     if (uncertain === null) throw e;
     throw new OutcomeUnknownError(ref, writeId, uncertain, port, answerError(answer) ?? e);
@@ -314,7 +318,7 @@ export class OutcomeUnknownError extends DomainError {
 
   async settle(): Promise<Settled> {
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
-      const now = await this.#port.read(this.ref, { purpose: "state", attempt, etag: false });
+      const now = await this.#port.read(this.ref, { attempt, etag: false });
       if (now.writes.includes(this.writeId)) return "landed";
       if (now.version !== this.#basis.version) {
         if (successorKnown(now, this.#basis)) return "not-landed";

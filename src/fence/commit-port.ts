@@ -79,20 +79,7 @@ export type SwapAnswer =
   /** It was sent and no answer came (lost, late, cut off, a 5xx): it may have landed. */
   | { outcome: "unknown"; error: unknown };
 
-/** What a read is for. */
-export type ReadPurpose =
-  /**
-   * A write: the object's state first, then the bucket's (NoSuchBucket when it is deleted,
-   * OperationAborted while it is being deleted). The order matters: a bucket deletion marks the
-   * bucket, then changes the state of every object with a commit in flight, so that a write
-   * that saw the bucket unmarked read the object before the change and its swap fails.
-   */
-  | "write"
-  /** A raise, a touch or a settlement: the object's state only, whatever the bucket's state. */
-  | "state";
-
 export type ReadOptions = {
-  purpose: ReadPurpose;
   attempt: number;
   /**
    * Whether the live object's ETag (and whether anything is stored) must be known even where
@@ -103,13 +90,27 @@ export type ReadOptions = {
   signal?: AbortSignal;
 };
 
+/**
+ * A state read before the commit began (the fencing core's early look, before the body), which
+ * the driver may take as its first compare-and-swap basis: one read fewer.
+ */
+export type EarlyState = { ref: ObjectRef; observed: Observed };
+
 export type SwapOptions = { attempt: number; op: string };
 
 /** A backend that can only read and conditionally replace an object's state (S3, Azure). */
 export interface CasPort<S> {
   readonly kind: "cas";
-  /** The object's state; NoSuchBucket (and, for writes, OperationAborted, see ReadPurpose). */
+  /** The object's state, whatever the bucket's state. NoSuchBucket when the store has no such bucket. */
   read(ref: ObjectRef, opts: ReadOptions): Promise<Observed>;
+  /**
+   * NoSuchBucket when the bucket is deleted, OperationAborted while it is being deleted. A write
+   * calls it after each read of the object's state and before its conditional write: a bucket
+   * deletion marks the bucket, then changes the state of every object with a commit in flight,
+   * so a write that saw the bucket unmarked read its object before that change, and its swap
+   * fails (src/fence/bucket-deletion.ts).
+   */
+  checkBucket(bucket: string, signal?: AbortSignal): Promise<void>;
   /**
    * Replaces the state `from` with `next`, only if the stored state is still `from` (its
    * version; absent when `from.version` is null). The new state keeps `next.writeId` after
@@ -145,10 +146,10 @@ export interface StepPort<S> {
   readonly domain: TxDomain;
   /**
    * Synchronously, inside one step of `domain` (the driver calls it within domain.run): reads
-   * the object's state (NoSuchBucket when the bucket is missing and `purpose` is "write"), lets
+   * the object's state (NoSuchBucket when the bucket is missing and `write` is true), lets
    * `decide` judge it (it throws refusals), and applies the change it returns (null: nothing).
    */
-  step(ref: ObjectRef, purpose: ReadPurpose, decide: (state: FenceState) => NextState<S> | null): StepResult;
+  step(ref: ObjectRef, write: boolean, decide: (state: FenceState) => NextState<S> | null): StepResult;
   /** Removes a staged version that will never be committed (best effort). */
   discard(ref: ObjectRef, version: S): Promise<void>;
 }
@@ -157,7 +158,7 @@ export type CommitPort<S> = CasPort<S> | StepPort<S>;
 
 /**
  * Bucket deletion on a compare-and-swap backend: a bucket's state is one conditionally replaced
- * marker, and writes read it after the object's state (ReadPurpose "write").
+ * marker, and writes read it after the object's state (CasPort.checkBucket).
  */
 export interface BucketPort {
   /** The bucket's state and the version of its marker. NoSuchBucket when the store has no such bucket. */

@@ -1,5 +1,6 @@
 import { DomainError, StaleTokenError } from "../core/errors.js";
 import { etagListMatches } from "../core/etag.js";
+import type { EarlyState } from "./commit-port.js";
 
 /**
  * The commit contract: what the fencing core hands a storage backend for every write that
@@ -66,6 +67,11 @@ export type FencedCommit = {
   atomic(outcome: CommitOutcome): void;
   /** Aborted when the client went away or the request timed out: stop, change nothing. */
   signal: AbortSignal;
+  /**
+   * The object's state as the fencing core read it before the body (the backend's writeState),
+   * which a compare-and-swap backend may take as its first basis instead of reading again.
+   */
+  early?: EarlyState;
 };
 
 /**

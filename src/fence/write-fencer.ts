@@ -12,6 +12,7 @@ import {
   type WriteConditions,
 } from "./commit.js";
 import { OutcomeUnknownError } from "./commit-driver.js";
+import type { EarlyState } from "./commit-port.js";
 import { type AuthorizedWrite, authorizeWrite, type FencingPolicy } from "./decision.js";
 import { assertUploadFence } from "./multipart-rules.js";
 import type { Outcomes } from "./outcomes.js";
@@ -32,7 +33,7 @@ export type WriteContext = {
 };
 
 /** What the fencing core needs to know about the object before it reads a body. */
-export type ObjectWriteState = { highestToken: number | null; etag: string | null };
+export type ObjectWriteState = { highestToken: number | null; etag: string | null; early?: EarlyState };
 
 export type WriteFencerOptions = {
   leases: LeaseStore;
@@ -126,6 +127,7 @@ export class WriteFencer {
         fence,
         conditions,
         signal: ctx.signal ?? new AbortController().signal,
+        ...(state.early ? { early: state.early } : {}),
         prepare: async () => {
           if (joins.leases || !authorized.fenced) return;
           const { claims } = authorized;

@@ -97,7 +97,7 @@ import { listObjectPage } from "./blob-listing.js";
 import { type BlobView, viewOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
 import { type AzureCapabilityReport, verifyAzureConditionalWrites } from "./capability.js";
-import { AzureObjectPort, type AzureVersion } from "./object-port.js";
+import { AzureObjectPort, type AzureVersion, observed } from "./object-port.js";
 
 export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
   return new AzureBackend(options);
@@ -190,7 +190,11 @@ export class AzureBackend implements StorageBackend {
   async writeState(bucket: string, key: string): Promise<WriteState> {
     this.assertOpen();
     const view = await this.store.readView(bucket, key, undefined, true);
-    return { highestToken: view.hct, etag: view.live ? view.s3Etag : null };
+    return {
+      highestToken: view.hct,
+      etag: view.live ? view.s3Etag : null,
+      early: { ref: { bucket, key }, observed: observed(view) },
+    };
   }
 
   async putObject(input: PutObjectInput, commit: FencedCommit): Promise<PutObjectResult> {

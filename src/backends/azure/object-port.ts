@@ -39,7 +39,7 @@ import {
  *
  * The bucket's state: the container's metadata says deleted (every reader looks there), and the
  * marker blob `<meta>bucket` carries the phase of a deletion (live, deleting, deleted), replaced by
- * compare-and-swap. A write reads both after the object's blob (ReadPurpose "write").
+ * compare-and-swap. A write reads both after the object's blob (CasPort.checkBucket).
  */
 
 /** A version staged for a commit: the body's bytes and what the object's state will say. */
@@ -76,9 +76,12 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
 
   async read(ref: ObjectRef, opts: ReadOptions): Promise<Observed> {
     const view = await this.store.readView(ref.bucket, ref.key, opts.signal);
-    if (opts.purpose === "write") await this.requireWritable(ref.bucket, opts.signal);
     await this.store.hook("properties-read", { op: "put", ...ref });
     return observed(view);
+  }
+
+  async checkBucket(bucket: string, signal?: AbortSignal): Promise<void> {
+    await this.requireWritable(bucket, signal);
   }
 
   async swap(

@@ -141,7 +141,7 @@ async function isRemovable(
 async function condemn(ctx: S3Context, port: S3ObjectPort, ref: ObjectRef, id: string): Promise<boolean> {
   const staged = blobTime(id);
   for (let attempt = 1; attempt <= MAX_MARKS; attempt++) {
-    const now = await port.read(ref, { purpose: "state", attempt, etag: false });
+    const now = await port.read(ref, { attempt, etag: false });
     const record = (now.raw as { read: ReadRecord | null }).read?.record ?? null;
     if (liveOf(record)?.blob === id) return false;
     if ((record?.gc ?? 0) > staged) return true;

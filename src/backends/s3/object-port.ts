@@ -36,7 +36,7 @@ import type { UploadStore } from "./upload-store.js";
  *
  * The bucket's state is the marker `<m>deleted` (absent: a live bucket; a JSON
  * {phase, since, nonce}; the bare {deleted} of older versions: deleted), replaced by
- * compare-and-swap like a record. A write reads it after the record (ReadPurpose "write").
+ * compare-and-swap like a record. A write reads it after the record (CasPort.checkBucket).
  */
 
 /** What a read kept of the record, for the swap that names it. */
@@ -55,21 +55,14 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
     const { bucket, key } = ref;
     const read = await this.ctx.records.read(bucket, key, opts.signal);
     const record = read?.record ?? null;
-    if (opts.purpose === "write") await this.requireWritable(bucket, opts.signal);
     const lookPlain = opts.etag && (record === null || record.state === "plain");
     const plain = lookPlain ? await this.ctx.store.head(bucket, key, opts.signal) : null;
     await this.ctx.hooks?.("record-read", { op: "put", bucket, key, attempt: opts.attempt });
-    const live = liveOf(record);
-    const held: Held = { read, plainEtag: plain?.etag ?? null };
-    return {
-      hct: record?.hct ?? null,
-      etag: live ? live.etag : record?.state === "deleted" ? null : (plain?.etag ?? null),
-      deleted: record?.state === "deleted",
-      stored: record !== null || plain !== null,
-      writes: writesOf(record),
-      version: read?.etag ?? null,
-      raw: held,
-    };
+    return observedOf(read, plain?.etag ?? null, plain !== null);
+  }
+
+  async checkBucket(bucket: string, signal?: AbortSignal): Promise<void> {
+    await this.requireWritable(bucket, signal);
   }
 
   async swap(
@@ -195,6 +188,29 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
       await this.setBucketState(bucket, { ...marker, version: got.etag }, "live");
     }
   }
+}
+
+/**
+ * A key's state as the driver sees it, from its record (as read) and, where it was looked up,
+ * the plain object at the key.
+ */
+export function observedOf(
+  read: ReadRecord | null,
+  plainEtag: string | null,
+  plainExists: boolean,
+): Observed {
+  const record = read?.record ?? null;
+  const live = liveOf(record);
+  const held: Held = { read, plainEtag };
+  return {
+    hct: record?.hct ?? null,
+    etag: live ? live.etag : record?.state === "deleted" ? null : plainEtag,
+    deleted: record?.state === "deleted",
+    stored: record !== null || plainExists,
+    writes: writesOf(record),
+    version: read?.etag ?? null,
+    raw: held,
+  };
 }
 
 function hookOp(op: string): "put" | "complete" | "delete" | "raise" {

@@ -26,7 +26,7 @@ import type { S3Context } from "./context.js";
 import { collectGarbage, type GarbageReport } from "./garbage.js";
 import { BLOB_META, encodeKey } from "./layout.js";
 import type { ObjectListing } from "./object-listing.js";
-import type { S3ObjectPort } from "./object-port.js";
+import { observedOf, type S3ObjectPort } from "./object-port.js";
 import type { ResolvedOptions } from "./options.js";
 import { type LiveVersion, liveOf } from "./records.js";
 import type { S3MultipartStore } from "./s3-multipart.js";
@@ -143,7 +143,12 @@ export class S3Backend implements StorageBackend {
   async writeState(bucket: string, key: string): Promise<WriteState> {
     this.ctx.assertOpen();
     const current = await this.ctx.current(bucket, key, { plain: true, checkBucket: true });
-    return { highestToken: current.record?.hct ?? null, etag: current.liveEtag };
+    const observed = observedOf(current.read, current.plain?.etag ?? null, current.plain !== null);
+    return {
+      highestToken: current.record?.hct ?? null,
+      etag: current.liveEtag,
+      early: { ref: { bucket, key }, observed },
+    };
   }
 
   async putObject(input: PutObjectInput, commit: FencedCommit): Promise<PutObjectResult> {
