@@ -43,8 +43,12 @@ export type CommitSpec<S> =
   | { op: "put"; version: S; ready?: () => Promise<void> }
   /** A tombstone, keeping the HCT (DeleteObject, each key of DeleteObjects). */
   | { op: "delete" }
-  /** The HCT rule only, nothing written (CreateMultipartUpload, UploadPart). */
-  | { op: "check" }
+  /**
+   * The HCT rule only, nothing visible written (CreateMultipartUpload, UploadPart). `inStep`: a
+   * step backend's own change (the upload's or the part's row), made in the same atomic step as
+   * the check; a compare-and-swap backend records it after the commit instead.
+   */
+  | { op: "check"; inStep?: () => void }
   /** HCT := max(HCT, token), nothing else changes (the fencing of commit intents, lease breaks). */
   | { op: "raise"; token: number }
   /** The same state again under a new write id: no commit in flight over the old one can land. */
@@ -155,15 +159,17 @@ async function runStep<S>(
 ): Promise<CommitResult> {
   const writeId = newWriteId();
   let highestToken: number | null = null;
-  const done = await port.domain.run(() =>
-    port.step(ref, isWrite(spec), (state) => {
+  const done = await port.domain.run(() => {
+    const stepped = port.step(ref, isWrite(spec), (state) => {
       const decided = decide(spec, state, commit, writeId);
       highestToken = decided.highestToken;
       // Inside the step: the lease check and the audit record when they share the domain.
       if (commit && isWrite(spec)) commit.atomic({ highestToken });
       return decided.next;
-    }),
-  );
+    });
+    if (spec.op === "check") spec.inStep?.();
+    return stepped;
+  });
   if (done.cleanup) await done.cleanup().catch(() => undefined);
   return { before: done.state, highestToken, wrote: done.wrote };
 }

@@ -813,16 +813,28 @@ export function describeStorageBackendContract(name: string, factory: BackendFac
 
     describe("the commit contract", () => {
       it("reports the write state: HCT (live or deleted) and the live ETag", async () => {
-        expect(await backend.writeState(bucket, "k")).toEqual({ highestToken: null, etag: null });
+        const state = async (key: string) => {
+          const { highestToken, etag } = await backend.writeState(bucket, key);
+          return { highestToken, etag };
+        };
+        expect(await state("k")).toEqual({ highestToken: null, etag: null });
         await put("k", "v1", 4);
-        expect(await backend.writeState(bucket, "k")).toEqual({ highestToken: 4, etag: md5Etag("v1") });
+        expect(await state("k")).toEqual({ highestToken: 4, etag: md5Etag("v1") });
         await del("k", 6);
-        expect(await backend.writeState(bucket, "k")).toEqual({ highestToken: 6, etag: null });
+        expect(await state("k")).toEqual({ highestToken: 6, etag: null });
         await put("u", "unfenced");
-        expect(await backend.writeState(bucket, "u")).toEqual({
-          highestToken: null,
-          etag: md5Etag("unfenced"),
-        });
+        expect(await state("u")).toEqual({ highestToken: null, etag: md5Etag("unfenced") });
+      });
+
+      it("takes the write state read before the body as its first basis, and reads again when it is stale", async () => {
+        await put("k", "v1", 4);
+        const early = await backend.writeState(bucket, "k");
+        // Written meanwhile: the early look is stale, and the commit must not trust it.
+        await put("k", "v2", 6);
+        await expect(put("k", "v3", 5, { commit: { early: early.early } })).rejects.toBeInstanceOf(StaleTokenError);
+        await put("k", "v4", 7, { commit: { early: early.early } });
+        expect((await readAll((await backend.getObject(bucket, "k")).body)).toString()).toBe("v4");
+        expect(await backend.highestToken(bucket, "k")).toBe(7);
       });
 
       it("calls atomic inside its step with the HCT the write leaves, or never when it has no domain", async () => {

@@ -4,6 +4,7 @@ import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName } from "../../core/key-rules.js";
 import { memoryBody } from "../../core/memory-body.js";
 import { type EmbeddedDb, type EmbeddedDomain, embeddedDomain } from "../../embedded/db.js";
+import { runCommit } from "../../fence/commit-driver.js";
 import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
 import type {
@@ -23,9 +24,10 @@ import type {
 } from "../storage-backend.js";
 import { BlobStore } from "./blob-store.js";
 import { takeBody } from "./body-intake.js";
-import { FsMetadataStore, type LiveRow, type StoredMetadata } from "./metadata-store.js";
+import { FsMetadataStore, type FsVersion, type LiveRow, type StoredMetadata } from "./metadata-store.js";
 import { FsMultipartMetadata } from "./multipart-metadata.js";
-import { abandoned, FsMultipartStore } from "./multipart-store.js";
+import { FsMultipartStore } from "./multipart-store.js";
+import { FsObjectPort } from "./object-port.js";
 
 export type FsBackendOptions = {
   /** Blobs live in `<dataDir>/blobs`. */
@@ -59,14 +61,15 @@ const DEFAULT_MULTIPART_SWEEP_MS = 10 * 60 * 1000;
  */
 export async function createFsBackend(options: FsBackendOptions): Promise<FsBackend> {
   const metadata = new FsMetadataStore(options.db);
-  const uploads = new FsMultipartMetadata(options.db, metadata);
+  const uploads = new FsMultipartMetadata(options.db);
   const blobs = await BlobStore.open(join(options.dataDir, "blobs"));
   // Part blobs of live uploads are referenced too: an upload survives restarts.
   await blobs.sweep((id) => metadata.isBlobReferenced(id) || uploads.isBlobReferenced(id));
   const clock = options.clock ?? systemClock;
   const domain = embeddedDomain(options.db);
   let backend: FsBackend | undefined;
-  const multipart = new FsMultipartStore(uploads, metadata, blobs, {
+  const port = new FsObjectPort(domain, metadata, blobs, clock);
+  const multipart = new FsMultipartStore(uploads, metadata, blobs, port, {
     clock,
     domain,
     maxAgeMs: options.multipartMaxAgeMs ?? DAY_MS,
@@ -78,6 +81,7 @@ export async function createFsBackend(options: FsBackendOptions): Promise<FsBack
     clock,
     multipart,
     domain,
+    port,
     options.inlineMaxBytes ?? INLINE_MAX_BYTES,
   );
   backend.startMultipartSweep(options.multipartSweepIntervalMs ?? DEFAULT_MULTIPART_SWEEP_MS);
@@ -107,6 +111,8 @@ export class FsBackend implements StorageBackend {
     private readonly clock: Clock,
     readonly multipart: FsMultipartStore,
     readonly domain: EmbeddedDomain,
+    /** The backend as the commit driver sees it (src/fence/commit-port.ts). */
+    readonly port: FsObjectPort,
     private readonly inlineMaxBytes: number = INLINE_MAX_BYTES,
   ) {}
 
@@ -153,56 +159,40 @@ export class FsBackend implements StorageBackend {
     const { bucket, key, body } = input;
     // No await before this call: the body must be read (and its errors listened to) at once.
     const taken = await takeBody(body.stream, this.inlineMaxBytes, this.blobs);
-    const etag = `"${taken.md5Hex}"`;
-    const lastModified = this.clock();
-    let committed: ReturnType<FsMetadataStore["commitPut"]>;
-    let metadata: StoredMetadata;
+    const version: FsVersion = {
+      body: taken.inline !== undefined ? { inline: taken.inline } : { blob: taken.blob },
+      size: taken.size,
+      etag: `"${taken.md5Hex}"`,
+      lastModified: this.clock(),
+      metadata: input.metadata,
+    };
     try {
       const { checksums } = await body.digest;
-      metadata = { ...input.metadata, ...(Object.keys(checksums).length > 0 ? { checksums } : {}) };
-      await commit.prepare();
-      if (commit.signal.aborted) throw abandoned();
-      committed = await this.domain.run(() =>
-        this.metadata.commitPut({
-          bucket,
-          key,
-          body: taken.inline !== undefined ? { inline: taken.inline } : { blob: taken.blob },
-          size: taken.size,
-          etag,
-          lastModified,
-          metadata,
-          commit,
-        }),
-      );
+      if (Object.keys(checksums).length > 0) version.metadata = { ...input.metadata, checksums };
     } catch (e) {
-      if (taken.blob !== undefined) await this.blobs.remove(taken.blob);
+      await this.port.discard({ bucket, key }, version);
       throw e;
     }
-    if (committed.replacedBlob) await this.blobs.remove(committed.replacedBlob);
+    const done = await runCommit(this.port, { bucket, key }, { op: "put", version }, commit);
     return {
-      etag,
+      etag: version.etag,
       size: taken.size,
-      lastModified: new Date(lastModified),
-      highestToken: committed.highestToken,
-      checksums: metadata.checksums ?? {},
+      lastModified: new Date(version.lastModified),
+      highestToken: done.highestToken,
+      checksums: version.metadata.checksums ?? {},
     };
   }
 
   async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
     this.assertOpen();
-    const { bucket, key } = input;
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-    const committed = await this.domain.run(() =>
-      this.metadata.commitDelete(bucket, key, commit, this.clock()),
-    );
-    if (committed.replacedBlob) await this.blobs.remove(committed.replacedBlob);
-    return { existed: committed.existed, highestToken: committed.highestToken };
+    const done = await runCommit(this.port, input, { op: "delete" }, commit);
+    return { existed: done.before.etag !== null, highestToken: done.highestToken };
   }
 
   async raiseHighestToken(bucket: string, key: string, token: number): Promise<number> {
     this.assertOpen();
-    return this.domain.run(() => this.metadata.raiseHighestToken(bucket, key, token, this.clock()));
+    const done = await runCommit(this.port, { bucket, key }, { op: "raise", token });
+    return done.highestToken ?? token;
   }
 
   async headObject(bucket: string, key: string): Promise<ObjectInfo> {

@@ -1,8 +1,8 @@
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
-import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import type { FenceState, NextState } from "../../fence/commit-port.js";
 import type { SeekFrom } from "../list-helper.js";
-import type { Checksums, FencedCommit, ObjectMetadata, WriteState } from "../storage-backend.js";
+import type { Checksums, ObjectMetadata, WriteState } from "../storage-backend.js";
 
 /**
  * Object and bucket metadata of the fs backend in the shared SQLite database (tables
@@ -80,22 +80,17 @@ export type StoredMetadata = ObjectMetadata & { checksums?: Checksums };
 /** Where a committed body is: a blob file, or the bytes themselves (stored in fs_bodies). */
 export type BodyRef = { blob: string; inline?: undefined } | { inline: Buffer; blob?: undefined };
 
-export type CommitPutInput = {
-  bucket: string;
-  key: string;
+/**
+ * A version staged for a commit: its body (a blob file, or bytes for an inline row) and its row.
+ * `inStep`: the backend's own checks and changes in the commit's step (a completion's upload).
+ */
+export type FsVersion = {
   body: BodyRef;
   size: number;
   etag: string;
   lastModified: number;
   metadata: StoredMetadata;
-  commit: Pick<FencedCommit, "fence" | "conditions" | "atomic">;
-};
-
-export type CommitResult = {
-  /** The blob the commit replaced or deleted; the caller unlinks it. */
-  replacedBlob: string | null;
-  existed: boolean;
-  highestToken: number | null;
+  inStep?: () => void;
 };
 
 /** An object's row joined with its bucket: one read answers NoSuchBucket and the object's state. */
@@ -235,72 +230,65 @@ export class FsMetadataStore {
   }
 
   /**
-   * In a step: the HCT rule and the write conditions against the current row, then the commit's
-   * atomic part, then nothing else. Returns the row and the HCT the write leaves.
+   * In a step: the object's row and its fencing state. With `write`, one read that also checks
+   * the bucket exists (NoSuchBucket), so that a bucket deleted since the write began is never
+   * written into; without (an HCT raise), the row whatever the bucket.
    */
-  checkCommit(
-    bucket: string,
-    key: string,
-    commit: Pick<FencedCommit, "fence" | "conditions" | "atomic">,
-    { raises }: { raises: boolean },
-  ): { row: ObjectRow | undefined; highestToken: number | null } {
-    const row = this.current(bucket, key);
-    const current = row?.hct ?? null;
-    const next = applyFence(commit.fence, current);
-    checkWriteConditions(commit.conditions, isLive(row) ? row.etag : null);
-    const highestToken = raises ? next : current;
-    commit.atomic({ highestToken });
-    return { row, highestToken };
+  stateOf(bucket: string, key: string, write: boolean): { row: ObjectRow | undefined; state: FenceState } {
+    const row = write ? this.current(bucket, key) : this.stmts.row.get(bucket, key);
+    return {
+      row,
+      state: {
+        hct: row?.hct ?? null,
+        etag: isLive(row) ? row.etag : null,
+        deleted: row?.deleted === 1,
+        stored: row !== undefined,
+        writes: [],
+      },
+    };
   }
 
-  /** In a step: the atomic end of a PutObject (or completion, copy). */
-  commitPut(input: CommitPutInput): CommitResult {
-    const { row, highestToken } = this.checkCommit(input.bucket, input.key, input.commit, { raises: true });
-    const inlineId =
-      input.body.inline === undefined
-        ? null
-        : Number(this.stmts.insertBody.run(input.body.inline).lastInsertRowid);
-    this.dropInlineBody(row);
-    this.stmts.upsertLive.run({
-      bucket: input.bucket,
-      key: input.key,
-      blob: input.body.blob ?? null,
-      inlineId,
-      size: input.size,
-      etag: input.etag,
-      lastModified: input.lastModified,
-      metadata: JSON.stringify(input.metadata),
-      hct: highestToken,
-    });
-    return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
-  }
-
-  /** In a step: the atomic end of a DeleteObject. */
-  commitDelete(
+  /**
+   * In a step: makes the object what `next` says, over `row` (as stateOf read it). Returns the
+   * blob file the change replaced, which the caller unlinks after the step.
+   */
+  apply(
     bucket: string,
     key: string,
-    commit: Pick<FencedCommit, "fence" | "conditions" | "atomic">,
+    row: ObjectRow | undefined,
+    next: NextState<FsVersion>,
     now: number,
-  ): CommitResult {
-    const { row, highestToken } = this.checkCommit(bucket, key, commit, { raises: true });
-    this.dropInlineBody(row);
-    if (highestToken !== null) {
-      // The HCT outlives the object: a tombstone, even when there was nothing to delete.
-      this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: highestToken });
-    } else if (row) {
-      this.stmts.deleteRow.run(bucket, key);
+  ): string | null {
+    if (next.kind === "keep") {
+      if (row) this.stmts.raiseHct.run({ bucket, key, hct: next.hct });
+      else this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: next.hct });
+      return null;
     }
-    return { replacedBlob: liveBlob(row), existed: isLive(row), highestToken };
-  }
-
-  /** In a step: HCT := max(HCT, token), keeping the object as it is; a tombstone when there is none. */
-  raiseHighestToken(bucket: string, key: string, token: number, now: number): number {
-    const row = this.stmts.row.get(bucket, key);
-    const current = row?.hct ?? null;
-    if (current !== null && current >= token) return current;
-    if (row) this.stmts.raiseHct.run({ bucket, key, hct: token });
-    else this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: token });
-    return token;
+    this.dropInlineBody(row);
+    if (next.kind === "delete") {
+      // The HCT outlives the object: a tombstone, even when there was nothing to delete.
+      if (next.hct !== null) {
+        this.stmts.upsertTombstone.run({ bucket, key, lastModified: now, hct: next.hct });
+      } else if (row) {
+        this.stmts.deleteRow.run(bucket, key);
+      }
+      return liveBlob(row);
+    }
+    const v = next.version;
+    const inlineId =
+      v.body.inline === undefined ? null : Number(this.stmts.insertBody.run(v.body.inline).lastInsertRowid);
+    this.stmts.upsertLive.run({
+      bucket,
+      key,
+      blob: v.body.blob ?? null,
+      inlineId,
+      size: v.size,
+      etag: v.etag,
+      lastModified: v.lastModified,
+      metadata: JSON.stringify(v.metadata),
+      hct: next.hct,
+    });
+    return liveBlob(row);
   }
 
   /** In a step, before a row stops pointing at its inline body: the body goes with it. */

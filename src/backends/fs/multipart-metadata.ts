@@ -1,14 +1,7 @@
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../embedded/db.js";
 import type { SeekFrom } from "../list-helper.js";
-import type {
-  CreateUploadInput,
-  FencedCommit,
-  MultipartUpload,
-  ObjectMetadata,
-  UploadRef,
-} from "../storage-backend.js";
-import type { CommitResult, FsMetadataStore, StoredMetadata } from "./metadata-store.js";
+import type { CreateUploadInput, MultipartUpload, ObjectMetadata, UploadRef } from "../storage-backend.js";
 
 /**
  * Multipart upload and part rows of the fs backend (tables `fs_uploads`, `fs_parts`) in the
@@ -70,8 +63,6 @@ export type PartRow = {
 
 export type NewUpload = CreateUploadInput & { uploadId: string; initiated: number };
 
-type StepCommit = Pick<FencedCommit, "fence" | "conditions" | "atomic">;
-
 export type NewPart = {
   ref: UploadRef;
   partNumber: number;
@@ -79,28 +70,12 @@ export type NewPart = {
   size: number;
   md5: string;
   lastModified: number;
-  commit: StepCommit;
-};
-
-export type CompleteCommit = {
-  ref: UploadRef;
-  /** The part blobs the object was assembled from; none may have changed since. */
-  used: ReadonlyArray<{ partNumber: number; blob: string }>;
-  blob: string;
-  size: number;
-  etag: string;
-  lastModified: number;
-  metadata: StoredMetadata;
-  commit: StepCommit;
 };
 
 export class FsMultipartMetadata {
   private readonly stmts;
 
-  constructor(
-    db: EmbeddedDb,
-    private readonly objects: FsMetadataStore,
-  ) {
+  constructor(db: EmbeddedDb) {
     db.exec(SCHEMA);
     this.stmts = {
       upload: db.prepare<[string], UploadRow>("SELECT * FROM fs_uploads WHERE upload_id = ?"),
@@ -139,12 +114,8 @@ export class FsMultipartMetadata {
     };
   }
 
-  /**
-   * In a step: records a new upload. Creating an upload changes nothing visible, so the HCT rule
-   * is checked but the HCT not raised. Returns the object's HCT. NoSuchBucket, StaleFencingToken.
-   */
-  insertUpload(upload: NewUpload, commit: StepCommit): number | null {
-    const { highestToken } = this.objects.checkCommit(upload.bucket, upload.key, commit, { raises: false });
+  /** In a step (with the commit's HCT check, see multipart-store.ts): records a new upload. */
+  insertUpload(upload: NewUpload): void {
     this.stmts.insertUpload.run({
       uploadId: upload.uploadId,
       bucket: upload.bucket,
@@ -155,7 +126,6 @@ export class FsMultipartMetadata {
       initiator: upload.initiator,
       initiated: upload.initiated,
     });
-    return highestToken;
   }
 
   /** The upload's row; NoSuchUpload when it is unknown or addressed with another bucket or key. */
@@ -172,14 +142,11 @@ export class FsMultipartMetadata {
   }
 
   /**
-   * In a step: records a part (the upload must still exist; the HCT rule is checked, the HCT not
-   * raised). Returns the blob of the part it replaced (the caller unlinks it).
+   * In a step (with the commit's HCT check): records a part; the upload must still exist.
+   * Returns the blob of the part it replaced (the caller unlinks it).
    */
-  recordPart(part: NewPart): { replacedBlob: string | null; highestToken: number | null } {
+  recordPart(part: NewPart): string | null {
     const upload = this.requireUpload(part.ref);
-    const { highestToken } = this.objects.checkCommit(upload.bucket, upload.key, part.commit, {
-      raises: false,
-    });
     const replaced = this.stmts.part.get(upload.upload_id, part.partNumber);
     this.stmts.upsertPart.run({
       uploadId: upload.upload_id,
@@ -189,7 +156,7 @@ export class FsMultipartMetadata {
       md5: part.md5,
       lastModified: part.lastModified,
     });
-    return { replacedBlob: replaced?.blob ?? null, highestToken };
+    return replaced?.blob ?? null;
   }
 
   parts(uploadId: string): PartRow[] {
@@ -201,32 +168,21 @@ export class FsMultipartMetadata {
   }
 
   /**
-   * The atomic end of a completion: the upload is still there with the same fence and the
-   * same part blobs, the object's HCT and conditions allow the write, the object row points
-   * at the assembled blob, and the upload is gone. Returns the part blobs to unlink.
+   * In the completion's commit step, before the object row changes: the upload is still there
+   * with the same part blobs, and goes. Returns the part blobs to unlink.
    */
-  commitComplete(input: CompleteCommit): CommitResult & { partBlobs: string[] } {
-    const upload = this.requireUpload(input.ref);
-    for (const used of input.used) {
-      if (this.stmts.part.get(upload.upload_id, used.partNumber)?.blob !== used.blob) {
+  completeInStep(ref: UploadRef, used: ReadonlyArray<{ partNumber: number; blob: string }>): string[] {
+    const upload = this.requireUpload(ref);
+    for (const part of used) {
+      if (this.stmts.part.get(upload.upload_id, part.partNumber)?.blob !== part.blob) {
         throw new DomainError(
           "InvalidPart",
-          `part ${used.partNumber} was replaced while the upload was being completed`,
-          { partNumber: used.partNumber },
+          `part ${part.partNumber} was replaced while the upload was being completed`,
+          { partNumber: part.partNumber },
         );
       }
     }
-    const committed = this.objects.commitPut({
-      bucket: upload.bucket,
-      key: upload.key,
-      body: { blob: input.blob },
-      size: input.size,
-      etag: input.etag,
-      lastModified: input.lastModified,
-      metadata: input.metadata,
-      commit: input.commit,
-    });
-    return { ...committed, partBlobs: this.removeRows(upload.upload_id) };
+    return this.removeRows(upload.upload_id);
   }
 
   /** In a step: removes an upload and its part rows; returns the part blobs to unlink. NoSuchUpload. */

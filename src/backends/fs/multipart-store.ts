@@ -3,6 +3,7 @@ import { Readable } from "node:stream";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDomain } from "../../embedded/db.js";
+import { runCommit } from "../../fence/commit-driver.js";
 import { listSorted } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import type {
@@ -23,8 +24,9 @@ import type {
   UploadRef,
 } from "../storage-backend.js";
 import type { BlobStore } from "./blob-store.js";
-import type { FsMetadataStore } from "./metadata-store.js";
+import type { FsMetadataStore, FsVersion } from "./metadata-store.js";
 import { type FsMultipartMetadata, type PartRow, toUpload } from "./multipart-metadata.js";
+import type { FsObjectPort } from "./object-port.js";
 
 export type FsMultipartOptions = {
   clock: Clock;
@@ -50,17 +52,18 @@ export class FsMultipartStore implements MultipartStore {
     private readonly rows: FsMultipartMetadata,
     private readonly objects: FsMetadataStore,
     private readonly blobs: BlobStore,
+    /** The backend's commit port (src/fence/commit-port.ts). */
+    private readonly port: FsObjectPort,
     private readonly opts: FsMultipartOptions,
   ) {}
 
   async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
     this.opts.assertOpen();
-    await commit.prepare();
     const initiated = this.opts.clock();
     const uploadId = newUploadId(initiated);
-    const highestToken = await this.opts.domain.run(() =>
-      this.rows.insertUpload({ ...input, uploadId, initiated }, commit),
-    );
+    // Creating an upload changes nothing visible: the HCT rule is checked, the HCT not raised.
+    const inStep = () => this.rows.insertUpload({ ...input, uploadId, initiated });
+    const { highestToken } = await runCommit(this.port, input, { op: "check", inStep }, commit);
     return { uploadId, highestToken };
   }
 
@@ -78,32 +81,32 @@ export class FsMultipartStore implements MultipartStore {
     // No await before this call: the body must be piped (and its errors listened to) at once.
     const blob = await this.blobs.write(input.body.stream);
     const lastModified = this.opts.clock();
-    let recorded: ReturnType<FsMultipartMetadata["recordPart"]>;
+    let replacedBlob: string | null = null;
+    let highestToken: number | null;
     try {
       await input.body.digest;
-      await commit.prepare();
-      if (commit.signal.aborted) throw abandoned();
-      recorded = await this.opts.domain.run(() =>
-        this.rows.recordPart({
+      // A part changes nothing visible: the HCT rule is checked against the object, not raised.
+      const inStep = () => {
+        replacedBlob = this.rows.recordPart({
           ref: input,
           partNumber: input.partNumber,
           blob: blob.id,
           size: blob.size,
           md5: blob.md5Hex,
           lastModified,
-          commit,
-        }),
-      );
+        });
+      };
+      ({ highestToken } = await runCommit(this.port, input, { op: "check", inStep }, commit));
     } catch (e) {
       await this.blobs.remove(blob.id);
       throw e;
     }
-    if (recorded.replacedBlob) await this.blobs.remove(recorded.replacedBlob);
+    if (replacedBlob) await this.blobs.remove(replacedBlob);
     return {
       etag: `"${blob.md5Hex}"`,
       size: blob.size,
       lastModified: new Date(lastModified),
-      highestToken: recorded.highestToken,
+      highestToken,
     };
   }
 
@@ -122,38 +125,32 @@ export class FsMultipartStore implements MultipartStore {
     const blob = await this.blobs.write(Readable.from(this.concatenate(input, used)));
     const etag = multipartEtag(used.map((part) => part.md5));
     const lastModified = this.opts.clock();
-    let committed: ReturnType<FsMultipartMetadata["commitComplete"]>;
-    try {
-      if (blob.size !== expectedSize) {
-        throw new Error(
-          `assembled ${blob.size} bytes for upload ${upload.uploadId}, expected ${expectedSize}`,
-        );
-      }
-      await commit.prepare();
-      if (commit.signal.aborted) throw abandoned();
-      committed = await this.opts.domain.run(() =>
-        this.rows.commitComplete({
-          ref: input,
-          used: used.map((part) => ({ partNumber: part.part_number, blob: part.blob })),
-          blob: blob.id,
-          size: blob.size,
-          etag,
-          lastModified,
-          metadata: upload.metadata,
-          commit,
-        }),
-      );
-    } catch (e) {
+    if (blob.size !== expectedSize) {
       await this.blobs.remove(blob.id);
-      throw e;
+      throw new Error(`assembled ${blob.size} bytes for upload ${upload.uploadId}, expected ${expectedSize}`);
     }
-    await Promise.all(committed.partBlobs.map((id) => this.blobs.remove(id)));
-    if (committed.replacedBlob) await this.blobs.remove(committed.replacedBlob);
+    let partBlobs: string[] = [];
+    const version: FsVersion = {
+      body: { blob: blob.id },
+      size: blob.size,
+      etag,
+      lastModified,
+      metadata: upload.metadata,
+      // In the commit's step: the upload and the parts assembled are still there, and go.
+      inStep: () => {
+        partBlobs = this.rows.completeInStep(
+          input,
+          used.map((part) => ({ partNumber: part.part_number, blob: part.blob })),
+        );
+      },
+    };
+    const { highestToken } = await runCommit(this.port, input, { op: "put", version }, commit);
+    await Promise.all(partBlobs.map((id) => this.blobs.remove(id)));
     return {
       etag,
       size: blob.size,
       lastModified: new Date(lastModified),
-      highestToken: committed.highestToken,
+      highestToken,
       checksums: {},
     };
   }

@@ -2,6 +2,7 @@ import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName } from "../../core/key-rules.js";
 import { MemoryDomain } from "../../core/tx.js";
+import { runCommit } from "../../fence/commit-driver.js";
 import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
 import type {
@@ -19,10 +20,11 @@ import type {
   StorageBackend,
   WriteState,
 } from "../storage-backend.js";
-import { abandoned, assertNonNegative, closed } from "./errors.js";
+import { assertNonNegative, closed } from "./errors.js";
 import { bufferBody, snapshotStream } from "./memory-body.js";
 import { MemoryMultipartStore } from "./memory-multipart.js";
-import { type LiveObject, MemoryObjects, type StoredMetadata } from "./memory-objects.js";
+import { type LiveObject, MemoryObjects, type MemoryVersion, type StoredMetadata } from "./memory-objects.js";
+import { MemoryObjectPort } from "./object-port.js";
 
 export type MemoryBackendOptions = {
   /**
@@ -54,6 +56,8 @@ export class MemoryBackend implements StorageBackend {
   readonly domain: MemoryDomain;
   readonly multipart: MemoryMultipartStore;
   private readonly objects: MemoryObjects;
+  /** The backend as the commit driver sees it (src/fence/commit-port.ts). */
+  readonly port: MemoryObjectPort;
   private readonly clock: Clock;
   private closed = false;
 
@@ -61,7 +65,8 @@ export class MemoryBackend implements StorageBackend {
     this.domain = options.domain ?? new MemoryDomain();
     this.clock = options.clock ?? systemClock;
     this.objects = new MemoryObjects(this.domain);
-    this.multipart = new MemoryMultipartStore(this.objects, {
+    this.port = new MemoryObjectPort(this.domain, this.objects);
+    this.multipart = new MemoryMultipartStore(this.objects, this.port, {
       clock: this.clock,
       domain: this.domain,
       maxAgeMs: options.multipartMaxAgeMs ?? DAY_MS,
@@ -110,39 +115,27 @@ export class MemoryBackend implements StorageBackend {
       ...structuredClone(input.metadata),
       ...(Object.keys(checksums).length > 0 ? { checksums: { ...checksums } } : {}),
     };
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-    const committed = await this.domain.run(() =>
-      this.objects.commitPut({
-        bucket,
-        key,
-        bytes: stored.bytes,
-        size: stored.size,
-        etag,
-        lastModified,
-        metadata,
-        commit,
-      }),
-    );
+    const version: MemoryVersion = { bytes: stored.bytes, size: stored.size, etag, lastModified, metadata };
+    const done = await runCommit(this.port, { bucket, key }, { op: "put", version }, commit);
     return {
       etag,
       size: stored.size,
       lastModified: new Date(lastModified),
-      highestToken: committed.highestToken,
+      highestToken: done.highestToken,
       checksums: { ...checksums },
     };
   }
 
   async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
     this.assertOpen();
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-    return this.domain.run(() => this.objects.commitDelete(input.bucket, input.key, commit));
+    const done = await runCommit(this.port, input, { op: "delete" }, commit);
+    return { existed: done.before.etag !== null, highestToken: done.highestToken };
   }
 
   async raiseHighestToken(bucket: string, key: string, token: number): Promise<number> {
     this.assertOpen();
-    return this.domain.run(() => this.objects.raiseHighestToken(bucket, key, token));
+    const done = await runCommit(this.port, { bucket, key }, { op: "raise", token });
+    return done.highestToken ?? token;
   }
 
   async headObject(bucket: string, key: string): Promise<ObjectInfo> {

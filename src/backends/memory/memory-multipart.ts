@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { Clock } from "../../core/clock.js";
 import type { MemoryDomain } from "../../core/tx.js";
+import { runCommit } from "../../fence/commit-driver.js";
 import { listSorted } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import type {
@@ -20,10 +21,11 @@ import type {
   UploadPartResult,
   UploadRef,
 } from "../storage-backend.js";
-import { abandoned, assertNonNegative } from "./errors.js";
+import { assertNonNegative } from "./errors.js";
 import { bufferBody } from "./memory-body.js";
-import type { MemoryObjects } from "./memory-objects.js";
+import type { MemoryObjects, MemoryVersion } from "./memory-objects.js";
 import { MemoryUploads, type PartRecord, toUpload } from "./memory-uploads.js";
+import type { MemoryObjectPort } from "./object-port.js";
 
 export type MemoryMultipartOptions = {
   clock: Clock;
@@ -47,19 +49,20 @@ export class MemoryMultipartStore implements MultipartStore {
 
   constructor(
     private readonly objects: MemoryObjects,
+    /** The backend's commit port (src/fence/commit-port.ts). */
+    private readonly port: MemoryObjectPort,
     private readonly opts: MemoryMultipartOptions,
   ) {
-    this.uploads = new MemoryUploads(opts.domain, objects);
+    this.uploads = new MemoryUploads(opts.domain);
   }
 
   async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
     this.opts.assertOpen();
-    await commit.prepare();
     const initiated = this.opts.clock();
     const uploadId = this.newUploadId(initiated);
-    const highestToken = await this.opts.domain.run(() =>
-      this.uploads.insertUpload({ ...input, uploadId, initiated }, commit),
-    );
+    // Creating an upload changes nothing visible: the HCT rule is checked, the HCT not raised.
+    const inStep = () => this.uploads.insertUpload({ ...input, uploadId, initiated });
+    const { highestToken } = await runCommit(this.port, input, { op: "check", inStep }, commit);
     return { uploadId, highestToken };
   }
 
@@ -78,8 +81,6 @@ export class MemoryMultipartStore implements MultipartStore {
     const body = await bufferBody(input.body.stream);
     const lastModified = this.opts.clock();
     await input.body.digest;
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
     const part: PartRecord = {
       partNumber: input.partNumber,
       bytes: body.bytes,
@@ -87,7 +88,8 @@ export class MemoryMultipartStore implements MultipartStore {
       md5Hex: body.md5Hex,
       lastModified,
     };
-    const highestToken = await this.opts.domain.run(() => this.uploads.recordPart(input, part, commit));
+    const inStep = () => this.uploads.recordPart(input, part);
+    const { highestToken } = await runCommit(this.port, input, { op: "check", inStep }, commit);
     return { etag: `"${body.md5Hex}"`, size: body.size, lastModified: new Date(lastModified), highestToken };
   }
 
@@ -106,16 +108,21 @@ export class MemoryMultipartStore implements MultipartStore {
     );
     const etag = multipartEtag(used.map((part) => part.md5Hex));
     const lastModified = this.opts.clock();
-    await commit.prepare();
-    if (commit.signal.aborted) throw abandoned();
-    const committed = await this.opts.domain.run(() =>
-      this.uploads.commitComplete({ ref: input, used, bytes, etag, lastModified, commit }),
-    );
+    const version: MemoryVersion = {
+      bytes,
+      size: bytes.length,
+      etag,
+      lastModified,
+      metadata: structuredClone(upload.metadata),
+      // In the commit's step: the upload and the parts assembled are still there, and go.
+      inStep: () => this.uploads.completeInStep(input, used),
+    };
+    const { highestToken } = await runCommit(this.port, input, { op: "put", version }, commit);
     return {
       etag,
       size: bytes.length,
       lastModified: new Date(lastModified),
-      highestToken: committed.highestToken,
+      highestToken,
       checksums: {},
     };
   }

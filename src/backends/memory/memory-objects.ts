@@ -1,14 +1,11 @@
 import { DomainError } from "../../core/errors.js";
 import type { MemoryDomain } from "../../core/tx.js";
-import { applyFence, checkWriteConditions } from "../../fence/commit.js";
+import type { FenceState, NextState } from "../../fence/commit-port.js";
 import { compareKeys, type SeekFn } from "../list-helper.js";
-import type { BucketInfo, Checksums, FencedCommit, ObjectMetadata, WriteState } from "../storage-backend.js";
+import type { BucketInfo, Checksums, ObjectMetadata, WriteState } from "../storage-backend.js";
 import { noSuchBucket, noSuchKey } from "./errors.js";
 import { seekSorted } from "./sorted-seek.js";
 import { change } from "./undoable.js";
-
-/** What a commit step needs of a FencedCommit. */
-export type StepCommit = Pick<FencedCommit, "fence" | "conditions" | "atomic">;
 
 /** An object's metadata as stored: the writer's, and the checksums its body was verified with. */
 export type StoredMetadata = ObjectMetadata & { checksums?: Checksums };
@@ -27,9 +24,8 @@ type ObjectRecord = { hct: number | null; live: LiveObject | null };
 
 export type ListRow = { key: string; size: number; etag: string; lastModified: number };
 
-export type PutCommit = LiveObject & { bucket: string; key: string; commit: StepCommit };
-
-export type CommitResult = { existed: boolean; highestToken: number | null };
+/** A version staged for a commit; `inStep`: the backend's own checks and changes in its step. */
+export type MemoryVersion = LiveObject & { inStep?: () => void };
 
 /**
  * Buckets, objects and HCTs of the memory backend: the counterpart of the fs backend's
@@ -100,48 +96,38 @@ export class MemoryObjects {
   }
 
   /**
-   * In a step: the HCT rule and the write conditions against the current object, then the
-   * commit's atomic part, then nothing else. NoSuchBucket when the bucket is gone, so that a
-   * bucket deleted since the write began is never written into.
+   * In a step: the object's record and its fencing state. With `write`, NoSuchBucket when the
+   * bucket is gone, so that a bucket deleted since the write began is never written into.
    */
-  checkCommit(
+  stateOf(
     bucket: string,
     key: string,
-    commit: StepCommit,
-    { raises }: { raises: boolean },
-  ): { live: LiveObject | null; highestToken: number | null } {
-    const record = this.current(bucket, key);
-    const current = record?.hct ?? null;
-    const next = applyFence(commit.fence, current);
-    checkWriteConditions(commit.conditions, record?.live?.etag ?? null);
-    const highestToken = raises ? next : current;
-    commit.atomic({ highestToken });
-    return { live: record?.live ?? null, highestToken };
+    write: boolean,
+  ): { record: ObjectRecord | undefined; state: FenceState } {
+    const record = write ? this.current(bucket, key) : this.objects.get(bucket)?.get(key);
+    return {
+      record,
+      state: {
+        hct: record?.hct ?? null,
+        etag: record?.live?.etag ?? null,
+        deleted: record !== undefined && record.live === null,
+        stored: record !== undefined,
+        writes: [],
+      },
+    };
   }
 
-  /** In a step: the atomic end of a PutObject (or a completion). */
-  commitPut(input: PutCommit): CommitResult {
-    const { bucket, key, commit, ...version } = input;
-    const { live, highestToken } = this.checkCommit(bucket, key, commit, { raises: true });
-    this.setRecord(bucket, key, { hct: highestToken, live: version });
-    return { existed: live !== null, highestToken };
-  }
-
-  /** In a step: the atomic end of a DeleteObject. */
-  commitDelete(bucket: string, key: string, commit: StepCommit): CommitResult {
-    const { live, highestToken } = this.checkCommit(bucket, key, commit, { raises: true });
-    // The HCT outlives the object: a tombstone, even when there was nothing to delete.
-    this.setRecord(bucket, key, highestToken === null ? undefined : { hct: highestToken, live: null });
-    return { existed: live !== null, highestToken };
-  }
-
-  /** In a step: HCT := max(HCT, token), keeping the object as it is; a tombstone when there is none. */
-  raiseHighestToken(bucket: string, key: string, token: number): number {
-    const record = this.objects.get(bucket)?.get(key);
-    const current = record?.hct ?? null;
-    if (current !== null && current >= token) return current;
-    this.setRecord(bucket, key, { hct: token, live: record?.live ?? null });
-    return token;
+  /** In a step: makes the object what `next` says, over `record` (as stateOf read it). */
+  apply(bucket: string, key: string, record: ObjectRecord | undefined, next: NextState<MemoryVersion>): void {
+    if (next.kind === "put") {
+      const { inStep: _inStep, ...live } = next.version;
+      this.setRecord(bucket, key, { hct: next.hct, live });
+    } else if (next.kind === "keep") {
+      this.setRecord(bucket, key, { hct: next.hct, live: record?.live ?? null });
+    } else {
+      // The HCT outlives the object: a tombstone, even when there was nothing to delete.
+      this.setRecord(bucket, key, next.hct === null ? undefined : { hct: next.hct, live: null });
+    }
   }
 
   /**

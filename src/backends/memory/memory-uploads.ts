@@ -2,7 +2,6 @@ import type { MemoryDomain } from "../../core/tx.js";
 import { compareKeys, type SeekFn, type SeekFrom } from "../list-helper.js";
 import type { CreateUploadInput, MultipartUpload, UploadRef } from "../storage-backend.js";
 import { noSuchUpload, partReplaced } from "./errors.js";
-import type { CommitResult, MemoryObjects, StepCommit } from "./memory-objects.js";
 import { seekSorted } from "./sorted-seek.js";
 import { change } from "./undoable.js";
 
@@ -22,16 +21,6 @@ export type UploadRecord = Omit<MultipartUpload, "initiated"> & {
 
 export type NewUpload = CreateUploadInput & { uploadId: string; initiated: number };
 
-export type CompleteCommit = {
-  ref: UploadRef;
-  /** The parts the object was assembled from; none may have been replaced since. */
-  used: readonly PartRecord[];
-  bytes: Buffer;
-  etag: string;
-  lastModified: number;
-  commit: StepCommit;
-};
-
 /**
  * Multipart uploads of the memory backend and their parts: the counterpart of the fs backend's
  * FsMultipartMetadata. Methods that change state run inside a step of the backend's MemoryDomain
@@ -41,17 +30,10 @@ export type CompleteCommit = {
 export class MemoryUploads {
   private readonly uploads = new Map<string, UploadRecord>();
 
-  constructor(
-    private readonly domain: MemoryDomain,
-    private readonly objects: MemoryObjects,
-  ) {}
+  constructor(private readonly domain: MemoryDomain) {}
 
-  /**
-   * In a step: records a new upload. Creating an upload changes nothing visible, so the HCT rule
-   * is checked but the HCT not raised. Returns the object's HCT. NoSuchBucket, StaleFencingToken.
-   */
-  insertUpload(upload: NewUpload, commit: StepCommit): number | null {
-    const { highestToken } = this.objects.checkCommit(upload.bucket, upload.key, commit, { raises: false });
+  /** In a step (with the commit's HCT check, see memory-multipart.ts): records a new upload. */
+  insertUpload(upload: NewUpload): void {
     change(this.domain, this.uploads, upload.uploadId, {
       uploadId: upload.uploadId,
       bucket: upload.bucket,
@@ -63,7 +45,6 @@ export class MemoryUploads {
       initiated: upload.initiated,
       parts: new Map(),
     });
-    return highestToken;
   }
 
   /** NoSuchUpload when the upload is unknown, or addressed with another bucket or key. */
@@ -73,15 +54,9 @@ export class MemoryUploads {
     return upload;
   }
 
-  /**
-   * In a step: records a part, replacing one with the same number (the upload must still exist;
-   * the HCT rule is checked, the HCT not raised). Returns the object's HCT.
-   */
-  recordPart(ref: UploadRef, part: PartRecord, commit: StepCommit): number | null {
-    const upload = this.requireUpload(ref);
-    const { highestToken } = this.objects.checkCommit(upload.bucket, upload.key, commit, { raises: false });
-    change(this.domain, upload.parts, part.partNumber, part);
-    return highestToken;
+  /** In a step (with the commit's HCT check): records a part, replacing one with the same number. */
+  recordPart(ref: UploadRef, part: PartRecord): void {
+    change(this.domain, this.requireUpload(ref).parts, part.partNumber, part);
   }
 
   /** The upload's parts in part number order. */
@@ -90,27 +65,15 @@ export class MemoryUploads {
   }
 
   /**
-   * In a step, the atomic end of a completion: the upload is still there with the same parts,
-   * the object's HCT and conditions allow the write, the object is the assembled one, and the
-   * upload is gone.
+   * In the completion's commit step, before the object changes: the upload is still there with
+   * the parts assembled (none replaced since), and goes.
    */
-  commitComplete(input: CompleteCommit): CommitResult {
-    const upload = this.requireUpload(input.ref);
-    for (const used of input.used) {
-      if (upload.parts.get(used.partNumber) !== used) throw partReplaced(used.partNumber);
+  completeInStep(ref: UploadRef, used: readonly PartRecord[]): void {
+    const upload = this.requireUpload(ref);
+    for (const part of used) {
+      if (upload.parts.get(part.partNumber)?.bytes !== part.bytes) throw partReplaced(part.partNumber);
     }
-    const committed = this.objects.commitPut({
-      bucket: upload.bucket,
-      key: upload.key,
-      bytes: input.bytes,
-      size: input.bytes.length,
-      etag: input.etag,
-      lastModified: input.lastModified,
-      metadata: structuredClone(upload.metadata),
-      commit: input.commit,
-    });
     change(this.domain, this.uploads, upload.uploadId, undefined);
-    return committed;
   }
 
   /** In a step: removes an upload and its parts. NoSuchUpload. */

@@ -2,7 +2,6 @@ import { describe, expect, it } from "vitest";
 import { type LiveObject, MemoryObjects } from "../../../src/backends/memory/memory-objects.js";
 import { MemoryUploads, type PartRecord, toUpload } from "../../../src/backends/memory/memory-uploads.js";
 import { MemoryDomain } from "../../../src/core/tx.js";
-import { fencedCommit, unfencedCommit } from "../../../src/fence/commit.js";
 import { metadataOf } from "../../support/bodies.js";
 
 /**
@@ -27,10 +26,31 @@ describe("memory backend undo", () => {
     lastModified: 1,
   });
 
+  // The step port's parts, as the commit driver calls them inside a step.
+  const put = (objects: MemoryObjects, bucket: string, key: string, live: LiveObject, hct: number | null) =>
+    objects.apply(bucket, key, objects.stateOf(bucket, key, true).record, {
+      kind: "put",
+      version: live,
+      hct,
+      writeId: "w",
+    });
+  const del = (objects: MemoryObjects, bucket: string, key: string, hct: number | null) =>
+    objects.apply(bucket, key, objects.stateOf(bucket, key, true).record, {
+      kind: "delete",
+      hct,
+      writeId: "w",
+    });
+  const raise = (objects: MemoryObjects, bucket: string, key: string, hct: number) =>
+    objects.apply(bucket, key, objects.stateOf(bucket, key, false).record, {
+      kind: "keep",
+      hct,
+      writeId: "w",
+    });
+
   const open = async () => {
     const domain = new MemoryDomain();
     const objects = new MemoryObjects(domain);
-    const uploads = new MemoryUploads(domain, objects);
+    const uploads = new MemoryUploads(domain);
     const upload = {
       bucket: "b",
       key: "up",
@@ -42,10 +62,10 @@ describe("memory backend undo", () => {
     await domain.run(() => {
       objects.createBucket("b", 1);
       objects.createBucket("empty", 1);
-      objects.commitPut({ bucket: "b", key: "k", ...version("v1"), commit: fencedCommit(2) });
-      objects.commitDelete("b", "gone", fencedCommit(3));
-      uploads.insertUpload({ ...upload, uploadId: "u1", initiated: 1 }, unfencedCommit());
-      uploads.recordPart({ ...upload, uploadId: "u1" }, part(1, "p1"), unfencedCommit());
+      put(objects, "b", "k", version("v1"), 2);
+      del(objects, "b", "gone", 3);
+      uploads.insertUpload({ ...upload, uploadId: "u1", initiated: 1 });
+      uploads.recordPart({ ...upload, uploadId: "u1" }, part(1, "p1"));
     });
     return { domain, objects, uploads, upload };
   };
@@ -78,25 +98,19 @@ describe("memory backend undo", () => {
     await expect(
       domain.run(() => {
         objects.createBucket("c", 2);
-        objects.commitPut({ bucket: "c", key: "new", ...version("c1"), commit: fencedCommit(1) });
-        objects.commitPut({ bucket: "b", key: "k", ...version("v2"), commit: fencedCommit(5) });
-        objects.commitDelete("b", "k", fencedCommit(6));
-        objects.commitPut({ bucket: "b", key: "gone", ...version("back"), commit: fencedCommit(7) });
-        objects.raiseHighestToken("nowhere", "z", 9);
-        objects.raiseHighestToken("b", "up", 4);
+        put(objects, "c", "new", version("c1"), 1);
+        put(objects, "b", "k", version("v2"), 5);
+        del(objects, "b", "k", 6);
+        put(objects, "b", "gone", version("back"), 7);
+        raise(objects, "nowhere", "z", 9);
+        raise(objects, "b", "up", 4);
         objects.deleteBucket("empty");
-        uploads.recordPart({ ...upload, uploadId: "u1" }, part(1, "p1 again"), unfencedCommit());
-        uploads.recordPart({ ...upload, uploadId: "u1" }, part(2, "p2"), unfencedCommit());
-        uploads.insertUpload({ ...upload, uploadId: "u2", initiated: 2 }, unfencedCommit());
+        uploads.recordPart({ ...upload, uploadId: "u1" }, part(1, "p1 again"));
+        uploads.recordPart({ ...upload, uploadId: "u1" }, part(2, "p2"));
+        uploads.insertUpload({ ...upload, uploadId: "u2", initiated: 2 });
         const [replaced] = uploads.parts(uploads.requireUpload({ ...upload, uploadId: "u1" }));
-        uploads.commitComplete({
-          ref: { ...upload, uploadId: "u1" },
-          used: [replaced!],
-          bytes: Buffer.from("assembled"),
-          etag: '"assembled-1"',
-          lastModified: 2,
-          commit: fencedCommit(4),
-        });
+        uploads.completeInStep({ ...upload, uploadId: "u1" }, [replaced!]);
+        put(objects, "b", "up", { ...version("assembled"), etag: '"assembled-1"', lastModified: 2 }, 4);
         uploads.removeInitiatedBefore(10);
         throw later;
       }),
@@ -109,7 +123,7 @@ describe("memory backend undo", () => {
   it("keeps the changes of a step that completes", async () => {
     const fx = await open();
     const { domain, objects } = fx;
-    await domain.run(() => objects.commitDelete("b", "k", fencedCommit(8)));
+    await domain.run(() => del(objects, "b", "k", 8));
     expect(objects.highestToken("b", "k")).toBe(8);
     expect(objects.writeState("b", "k")).toEqual({ highestToken: 8, etag: null });
   });
