@@ -85,6 +85,7 @@ import type {
   PutObjectResult,
   RangeRequest,
   StorageBackend,
+  SystemRecords,
   WriteState,
 } from "../storage-backend.js";
 import { AzureBuckets } from "./azure-buckets.js";
@@ -106,6 +107,7 @@ import {
 } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
 import { type AzureCapabilityReport, verifyAzureConditionalWrites } from "./capability.js";
+import { azureSystemRecords } from "./system-records.js";
 
 export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
   return new AzureBackend(options);
@@ -153,6 +155,14 @@ export class AzureBackend implements StorageBackend {
     this.assertOpen();
     await this.clientReady;
     return verifyAzureConditionalWrites(this.store, bucket);
+  }
+
+  get reservedKeyPrefix(): string {
+    return this.store.opts.metaPrefix;
+  }
+
+  systemRecords(bucket: string): SystemRecords {
+    return azureSystemRecords(this.store, bucket);
   }
 
   async listBuckets(): Promise<BucketInfo[]> {

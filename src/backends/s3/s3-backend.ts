@@ -15,6 +15,7 @@ import type {
   PutObjectResult,
   RangeRequest,
   StorageBackend,
+  SystemRecords,
   WriteState,
 } from "../storage-backend.js";
 import { writeBlob } from "./blob-writer.js";
@@ -30,6 +31,7 @@ import { UnknownOutcomeError } from "./record-store.js";
 import { type LiveVersion, liveOf } from "./records.js";
 import type { S3MultipartStore } from "./s3-multipart.js";
 import { abandoned, noSuchKey } from "./store-errors.js";
+import { s3SystemRecords } from "./system-records.js";
 import type { UploadStore } from "./upload-store.js";
 
 /**
@@ -101,6 +103,14 @@ export class S3Backend implements StorageBackend {
   ) {
     this.listing = new ObjectListing(ctx.store, ctx.layout, ctx.records);
     this.buckets = new BucketOps(ctx, this.listing, uploads);
+  }
+
+  get reservedKeyPrefix(): string {
+    return this.ctx.layout.meta;
+  }
+
+  systemRecords(bucket: string): SystemRecords {
+    return s3SystemRecords(this.ctx, bucket);
   }
 
   /** Runs collectGarbage every `intervalMs` (0: never). */
