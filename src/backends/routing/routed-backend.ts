@@ -17,6 +17,7 @@ import type {
   PutObjectInput,
   RangeRequest,
   StorageBackend,
+  SystemRecords,
   UploadPartInput,
   UploadRef,
 } from "../storage-backend.js";
@@ -37,6 +38,8 @@ export type RoutedBackendOptions = {
   routes: ReadonlyMap<string, BucketRoute>;
   /** Where every other bucket lives, under its own name and without a prefix. */
   fallback: StorageBackend;
+  /** The fallback's bucket of fencegate's own records (src/epochs/): no request may reach it. */
+  systemBucket?: string;
 };
 
 /**
@@ -50,6 +53,8 @@ export class RoutedBackend implements StorageBackend {
   readonly multipart: MultipartStore;
   /** Only when every bucket commits in the same domain; per bucket, see domainOf. */
   readonly domain?: TxDomain;
+  /** The fallback's system records, when it is a remote store. */
+  readonly systemRecords?: (bucket: string) => SystemRecords;
 
   constructor(private readonly opts: RoutedBackendOptions) {
     const backends = this.backends();
@@ -60,11 +65,25 @@ export class RoutedBackend implements StorageBackend {
       if (only) this.domain = only;
     }
     this.multipart = new RoutedMultipart(this);
+    const { fallback } = opts;
+    if (fallback.systemRecords) this.systemRecords = (bucket) => fallback.systemRecords!(bucket);
   }
 
-  /** The route of a gateway bucket. */
+  /** The route of a gateway bucket; every request's bucket comes through here. */
   route(bucket: string): BucketRoute {
-    return this.opts.routes.get(bucket) ?? { backend: this.opts.fallback, target: bucket, prefix: "" };
+    const route = this.opts.routes.get(bucket) ?? { backend: this.opts.fallback, target: bucket, prefix: "" };
+    if (this.isSystem(bucket, route)) {
+      throw new DomainError("AccessDenied", `bucket ${bucket} is reserved for fencegate's own records`, {
+        bucket,
+      });
+    }
+    return route;
+  }
+
+  /** The system bucket, by its name or as the target of a configured bucket. */
+  private isSystem(bucket: string, route: BucketRoute): boolean {
+    const system = this.opts.systemBucket;
+    return bucket === system || (route.backend === this.opts.fallback && route.target === system);
   }
 
   domainOf(bucket: string): TxDomain | undefined {
@@ -76,10 +95,21 @@ export class RoutedBackend implements StorageBackend {
     return [...new Set([this.opts.fallback, ...[...this.opts.routes.values()].map((r) => r.backend)])];
   }
 
-  /** The key in the target, refused when the prefix makes it longer than a store accepts. */
+  /**
+   * The key in the target: refused under the store's own namespace, or when the prefix makes it
+   * longer than a store accepts. Every request's key comes through here.
+   */
   storeKey(route: BucketRoute, key: string): string {
-    if (route.prefix === "") return key;
     const stored = route.prefix + key;
+    const reserved = route.backend.reservedKeyPrefix;
+    if (reserved !== undefined && stored.startsWith(reserved)) {
+      throw new DomainError(
+        "InvalidObjectName",
+        `object keys starting with '${reserved}' are reserved by fencegate on this backend`,
+        { key, reason: "reserved-prefix" },
+      );
+    }
+    if (route.prefix === "") return key;
     if (Buffer.byteLength(stored) > MAX_OBJECT_KEY_BYTES) {
       throw new DomainError(
         "KeyTooLong",
@@ -96,11 +126,11 @@ export class RoutedBackend implements StorageBackend {
       configured.filter(([, r]) => r.backend === this.opts.fallback).map(([, r]) => r.target),
     );
     const own = (await this.opts.fallback.listBuckets()).filter(
-      (b) => !hidden.has(b.name) || this.opts.routes.has(b.name),
+      (b) => (!hidden.has(b.name) || this.opts.routes.has(b.name)) && b.name !== this.opts.systemBucket,
     );
     const listed = new Map(own.map((b) => [b.name, b]));
     for (const [name, route] of configured) {
-      if (listed.has(name)) continue;
+      if (listed.has(name) || this.isSystem(name, route)) continue;
       const target = await route.backend.headBucket(route.target).catch(() => null);
       if (target) listed.set(name, { name, creationDate: target.creationDate });
     }

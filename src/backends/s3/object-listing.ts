@@ -62,7 +62,8 @@ export class ObjectListing {
         if (!r.done && (p.done || compareKeys(r.value.key, p.value.key) <= 0)) {
           const same = !p.done && p.value.key === r.value.key;
           const entry = fromRecord(r.value, same ? p.value : null);
-          if (entry && reached(entry.key, from)) yield entry;
+          // A key under the meta prefix (written by older versions) is fencegate's, never listed.
+          if (entry && reached(entry.key, from) && !this.layout.isMeta(entry.key)) yield entry;
           [r, p] = await Promise.all([records.next(), same ? plains.next() : p]);
         } else if (!p.done) {
           if (reached(p.value.key, from)) yield fromPlain(p.value);
