@@ -11,7 +11,7 @@ import type { Logger } from "../core/log.js";
 import { closeEmbeddedDb, type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
 import type { LeaseStore } from "../leases/lease-store.js";
 import { openAuditLog } from "./audit-components.js";
-import { openLeaseStore } from "./lease-components.js";
+import { openLeaseStore, systemBucketOf } from "./lease-components.js";
 
 /**
  * The backend, lease store and audit log of one gateway. Co-located ones share a TxDomain
@@ -48,7 +48,8 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
         prefix: route.prefix,
       });
     }
-    const backend = new RoutedBackend({ routes, fallback });
+    const systemBucket = systemBucketOf(config);
+    const backend = new RoutedBackend({ routes, fallback, ...(systemBucket ? { systemBucket } : {}) });
     const leaseStore = await openLeaseStore(config, { db, backend, ctx });
     const audit = await openAuditLog(config, { db, ctx, backend });
     return {
