@@ -6,6 +6,7 @@ import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
 import type { EmbeddedDb } from "../embedded/db.js";
 import { legacyObjectFloor, withFloors } from "../epochs/epoch-floors.js";
+import { grantsNeedEpochs } from "../epochs/grant-guard.js";
 import { createSystemEpochStore, type SystemEpochStore } from "../epochs/system-epoch-store.js";
 import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
 import type { LeaseStore } from "../leases/lease-store.js";
@@ -69,37 +70,31 @@ function openEpochs(
 }
 
 /**
- * Opens the system bucket (creating it when missing) before the gateway serves. One that cannot
- * be used does not stop the start: every grant answers 503 naming it until it can be.
+ * Opens the system bucket (creating it when missing) before the gateway serves, waiting for it as
+ * long as for Redis. One that cannot be used, or has not answered yet, does not stop the start:
+ * every grant answers 503 naming it until it can be used.
  */
 async function openSystemBucket(system: SystemEpochStore | undefined, log: Logger): Promise<void> {
-  await system?.ready().catch((e: unknown) => {
+  if (!system) return;
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    system.ready().then(
+      () => "ready" as const,
+      (e: unknown) => e as Error,
+    ),
+    new Promise<"waiting">((resolve) => {
+      timer = setTimeout(() => resolve("waiting"), START_WAIT_MS);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (outcome === "waiting") {
+    log.warn("the system bucket of the token epochs has not answered yet: grants answer 503 until it does");
+  } else if (outcome instanceof Error) {
     log.error(
-      { err: (e as Error).message },
+      { err: outcome.message },
       "token epochs cannot be kept: every grant answers 503 until they can",
     );
-  });
-}
-
-/**
- * A lease store that grants nothing (503, naming the system bucket) while the epochs' bucket
- * cannot be used, and whose health check says so: a token granted without a usable epoch store
- * could repeat once Redis loses its counter.
- */
-function grantsNeedEpochs(store: LeaseStore, system: SystemEpochStore | undefined): LeaseStore {
-  if (!system) return store;
-  const guarded = new Set<PropertyKey>(["tryAcquire", "breakLease", "ping"]);
-  return new Proxy(store, {
-    get(target, name) {
-      const value: unknown = Reflect.get(target, name, target);
-      if (typeof value !== "function") return value;
-      if (!guarded.has(name)) return value.bind(target);
-      return async (...args: unknown[]) => {
-        await system.ready();
-        return value.apply(target, args);
-      };
-    },
-  });
+  }
 }
 
 /**
@@ -139,7 +134,7 @@ export async function openLeaseStore(
       `leaseStore: unsafe Redis settings at ${redactUrl(spec.url)}: ${store.settings!.unsafe.join("; ")} (or set leaseStore.unsafeSettings: warn)`,
     );
   }
-  return grantsNeedEpochs(store, system);
+  return system ? grantsNeedEpochs(store, system) : store;
 }
 
 type RedlockSpec = Extract<Config["leaseStore"], { type: "redlock" }>;
@@ -179,5 +174,5 @@ async function openRedlockLeaseStore(
       "a majority of the Redlock instances is not reachable yet: lease calls and fenced writes answer 503 until it is",
     );
   }
-  return grantsNeedEpochs(store, system);
+  return system ? grantsNeedEpochs(store, system) : store;
 }

@@ -37,7 +37,7 @@ export function azureSystemRecords(store: AzureStore, bucket: string): SystemRec
       const container = await store.container(bucket);
       const denied = (e: unknown) =>
         azureStatus(e) === 403
-          ? new DomainError("AccessDenied", `${where}: these credentials may not use it`, { bucket })
+          ? new DomainError("AccessDenied", "these credentials may not use the container", { bucket })
           : e;
       try {
         await list(store, container, meta, undefined, 1);

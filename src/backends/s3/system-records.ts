@@ -31,7 +31,7 @@ export function s3SystemRecords(ctx: S3Context, bucket: string): SystemRecords {
       if (state !== "ours") {
         throw new DomainError(
           "AccessDenied",
-          `${where} belongs to another account, or these credentials may not use it`,
+          "the bucket belongs to another account, or these credentials may not use it",
           { bucket },
         );
       }
