@@ -2,6 +2,7 @@
 // back, and the scenario every deployment must pass when Redis loses its data.
 import { expect } from "vitest";
 import { FenceApiError } from "../../src/client/errors.js";
+import type { LeaseClient } from "../../src/client/lease-client.js";
 import type { TestGateway } from "../support/gateway.js";
 import type { RedisServer } from "../support/redis.js";
 import { sleep } from "../support/wait.js";
@@ -36,7 +37,7 @@ export async function grantTokens(
 }
 
 /** The first error a grant through `gw` answers (no retry), or null when it was granted. */
-export async function grantRefusal(gw: TestGateway, key: string): Promise<FenceApiError | null> {
+export async function grantRefusal(gw: { leases: LeaseClient }, key: string): Promise<FenceApiError | null> {
   try {
     const lease = await gw.leases.acquire({ bucket: "epochs", key, ttlMs: 60_000 });
     await gw.leases.release(lease.leaseId);
