@@ -9,21 +9,25 @@ import { sleep } from "../support/wait.js";
 
 /**
  * Grants and releases `n` leases on distinct keys through the gateway, and returns their tokens in
- * grant order. A 503 (Redis restarting, the gateway reconnecting) is retried until `timeoutMs`;
+ * grant order. A 503 (Redis restarting, the gateway reconnecting) is retried for up to 20 s;
  * anything else fails the test.
  */
 export async function grantTokens(
-  gw: TestGateway,
+  gw: { leases: LeaseClient },
   tag: string,
   n: number,
-  timeoutMs = 20_000,
+  opts: { ttlMs?: number } = {},
 ): Promise<number[]> {
   const tokens: number[] = [];
-  const deadline = Date.now() + timeoutMs;
+  const deadline = Date.now() + 20_000;
   for (let i = 0; i < n; i++) {
     for (;;) {
       try {
-        const lease = await gw.leases.acquire({ bucket: "epochs", key: `${tag}/${i}`, ttlMs: 60_000 });
+        const lease = await gw.leases.acquire({
+          bucket: "epochs",
+          key: `${tag}/${i}`,
+          ttlMs: opts.ttlMs ?? 60_000,
+        });
         tokens.push(lease.token);
         await gw.leases.release(lease.leaseId);
         break;
@@ -49,33 +53,55 @@ export async function grantRefusal(gw: { leases: LeaseClient }, key: string): Pr
 }
 
 /**
- * Two replicas of one deployment on one Redis without persistence: tokens through both, Redis
- * killed and started again empty, tokens through both again, B first this time (B never created
- * an epoch: with epochs kept per replica it would start over at epoch 0 and repeat tokens 1, 2,
- * ...). Every token ever granted is distinct, each replica's grants strictly increase, and every
- * token after the loss is above every token before it. Returns the new handle of the Redis.
+ * Kills a redis-server without persistence and starts it again on the same port: everything it
+ * held is lost. Returns the new handle.
  */
-export async function tokensAcrossALoss(
-  redis: RedisServer,
-  replicas: { a: TestGateway; b: TestGateway },
-): Promise<RedisServer> {
-  const { a, b } = replicas;
-  const byReplica = { a: [] as number[], b: [] as number[] };
-  byReplica.a.push(...(await grantTokens(a, "a-before", 3)));
-  byReplica.b.push(...(await grantTokens(b, "b-before", 3)));
-  const before = [...byReplica.a, ...byReplica.b];
-
+export async function loseEverything(redis: RedisServer): Promise<RedisServer> {
   await redis.kill9();
   const restarted = await redis.restart();
-  expect(await restarted.command("DBSIZE")).toBe(0); // everything was lost
+  expect(await restarted.command("DBSIZE")).toBe(0);
+  return restarted;
+}
 
-  const afterB = await grantTokens(b, "b-after", 3);
-  const afterA = await grantTokens(a, "a-after", 3);
-  const afterBAgain = await grantTokens(b, "b-again", 2);
+/**
+ * Two replicas of one deployment: tokens through both, then `loseData` (Redis loses everything),
+ * then tokens through both again, B first this time (B never created an epoch: with epochs kept
+ * per replica it would start over at epoch 0 and repeat tokens 1, 2, ...). Every token ever
+ * granted is distinct, each replica's grants strictly increase, and every token after the loss
+ * is above every token before it.
+ */
+export async function tokensAcrossALoss(
+  replicas: { a: TestGateway; b: TestGateway },
+  loseData: () => Promise<void>,
+  opts: { ttlMs?: number } = {},
+): Promise<void> {
+  const { a, b } = replicas;
+  const byReplica = { a: [] as number[], b: [] as number[] };
+  byReplica.a.push(...(await grantTokens(a, "a-before", 3, opts)));
+  byReplica.b.push(...(await grantTokens(b, "b-before", 3, opts)));
+  const before = [...byReplica.a, ...byReplica.b];
+
+  await loseData();
+
+  const afterB = await grantTokens(b, "b-after", 3, opts);
+  const afterA = await grantTokens(a, "a-after", 3, opts);
+  const afterBAgain = await grantTokens(b, "b-again", 2, opts);
   byReplica.a.push(...afterA);
   byReplica.b.push(...afterB, ...afterBAgain);
   const after = [...afterB, ...afterA, ...afterBAgain];
 
+  expectNeverBack(byReplica, before, after);
+}
+
+/**
+ * Every token ever granted is distinct, each replica's grants (in grant order) strictly increase,
+ * and every token granted after a loss of Redis's data is above every token granted before it.
+ */
+export function expectNeverBack(
+  byReplica: Record<string, number[]>,
+  before: number[],
+  after: number[],
+): void {
   const all = [...before, ...after];
   expect(new Set(all).size, `a token repeats: ${all.join(", ")}`).toBe(all.length);
   for (const [name, tokens] of Object.entries(byReplica)) {
@@ -87,5 +113,4 @@ export async function tokensAcrossALoss(
     Math.max(...before),
   );
   for (const t of all) expect(Number.isSafeInteger(t)).toBe(true);
-  return restarted;
 }

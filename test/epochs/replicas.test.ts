@@ -3,7 +3,7 @@
  * backend's system bucket, whatever the replicas' data directories hold. The deployments are the
  * documented ones: S3 from environment variables alone, and config/azure.yaml with a Redis URL.
  */
-import { readFileSync, writeFileSync } from "node:fs";
+import { readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ListObjectsV2Command } from "@aws-sdk/client-s3";
 import { BlobServiceClient } from "@azure/storage-blob";
@@ -14,7 +14,7 @@ import { startAzurite } from "../support/azurite.js";
 import { CREDENTIALS, ROOT, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 import { startRedis } from "../support/redis.js";
 import { requireTools } from "../support/tools.js";
-import { tokensAcrossALoss } from "./epochs-kit.js";
+import { expectNeverBack, grantTokens, loseEverything, tokensAcrossALoss } from "./epochs-kit.js";
 
 requireTools("redis-server");
 
@@ -51,9 +51,60 @@ describe("replicas sharing one Redis that loses its data", () => {
     const a = await replica({ ...env, FENCEGATE_GATEWAY_ID: "gw-a" });
     const b = await replica({ ...env, FENCEGATE_GATEWAY_ID: "gw-b" });
     expect(a.dataDir).not.toBe(b.dataDir);
-    redis.current = await tokensAcrossALoss(redis.current, { a, b });
+    await tokensAcrossALoss({ a, b }, async () => {
+      redis.current = await loseEverything(redis.current);
+    });
 
     // The epochs are records of the store's system bucket: two, one per life of Redis.
+    const raw = rawClient(store);
+    cleanups.push(() => raw.destroy());
+    const listed = await raw.send(
+      new ListObjectsV2Command({ Bucket: "fencegate-system", Prefix: ".fencegate/epochs/" }),
+    );
+    expect((listed.Contents ?? []).map((o) => o.Key)).toEqual([
+      ".fencegate/epochs/0000000",
+      ".fencegate/epochs/0000001",
+    ]);
+  }, 60_000);
+
+  it("S3 with a Redlock quorum, set up from environment variables alone: replicas started after every instance lost its data grant above every earlier token", async () => {
+    const store = await startStore();
+    cleanups.push(() => store.stop());
+    const redis = await Promise.all([startRedis(), startRedis(), startRedis()]);
+    cleanups.push(() => Promise.all(redis.map((r) => r.stop())).then(() => undefined));
+    const env = {
+      FENCEGATE_BACKEND: "s3",
+      FENCEGATE_S3_ENDPOINT: store.url,
+      FENCEGATE_S3_REGION: "us-east-1",
+      FENCEGATE_S3_ACCESS_KEY_ID: CREDENTIALS.accessKeyId,
+      FENCEGATE_S3_SECRET_ACCESS_KEY: CREDENTIALS.secretAccessKey,
+      FENCEGATE_S3_FORCE_PATH_STYLE: "true",
+      FENCEGATE_REDLOCK_URLS: redis.map((r) => r.url).join(","),
+      FENCEGATE_TOKEN_SIGNING_KEY: SIGNING_KEY,
+    };
+    // A quorum that lost its data grants nothing for leases.maxTtlMs: a short one here.
+    const overrides = { leases: { minTtlMs: 100, maxTtlMs: 1_000 } };
+    const dataDirs: string[] = [];
+    const start = async (id: string) => {
+      const gw = await startTestGateway({ env: { ...env, FENCEGATE_GATEWAY_ID: id }, overrides });
+      cleanups.push(() => gw.stop());
+      dataDirs.push(gw.dataDir);
+      return gw;
+    };
+    const ttl = { ttlMs: 1_000 };
+    const a = await start("gw-a");
+    const before = await grantTokens(a, "a-before", 3, ttl);
+    // Replica a goes away (its machine replaced); then every instance loses its data.
+    await a.close();
+    for (let i = 0; i < redis.length; i++) redis[i] = await loseEverything(redis[i]!);
+    // Replicas that never granted anything before.
+    const b = await start("gw-b");
+    const afterB = await grantTokens(b, "b-after", 3, ttl);
+    const c = await start("gw-c");
+    const afterC = await grantTokens(c, "c-after", 2, ttl);
+    expectNeverBack({ a: before, b: afterB, c: afterC }, before, [...afterB, ...afterC]);
+
+    for (const dir of dataDirs) expect(readdirSync(dir)).not.toContain("redlock-epochs");
     const raw = rawClient(store);
     cleanups.push(() => raw.destroy());
     const listed = await raw.send(
@@ -86,7 +137,9 @@ describe("replicas sharing one Redis that loses its data", () => {
     };
     const a = await replica({ ...env, FENCEGATE_GATEWAY_ID: "gw-a" });
     const b = await replica({ ...env, FENCEGATE_GATEWAY_ID: "gw-b" });
-    redis.current = await tokensAcrossALoss(redis.current, { a, b });
+    await tokensAcrossALoss({ a, b }, async () => {
+      redis.current = await loseEverything(redis.current);
+    });
 
     const container = BlobServiceClient.fromConnectionString(azurite.connectionString).getContainerClient(
       "fencegate-system",
