@@ -74,6 +74,8 @@ export type ListInput = {
   /** Keys strictly after this one (S3 marker / start-after / continuation). */
   startAfter?: string;
   maxKeys: number;
+  /** Keys starting with this are left out, as if absent: the meta prefix, for S3 requests. */
+  hidden?: string;
 };
 
 export type ListResult = {

@@ -49,9 +49,16 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
       });
     }
     const systemBucket = systemBucketOf(config);
-    const backend = new RoutedBackend({ routes, fallback, ...(systemBucket ? { systemBucket } : {}) });
+    const backend = new RoutedBackend({
+      routes,
+      fallback,
+      guardMeta: true,
+      ...(systemBucket ? { systemBucket } : {}),
+    });
     const leaseStore = await openLeaseStore(config, { db, backend, ctx });
-    const audit = await openAuditLog(config, { db, ctx, backend });
+    // The audit archive keeps its segments under the meta prefix, out of reach of S3 requests.
+    const internal = new RoutedBackend({ routes, fallback, ...(systemBucket ? { systemBucket } : {}) });
+    const audit = await openAuditLog(config, { db, ctx, backend: internal });
     return {
       backend,
       leaseStore,

@@ -40,6 +40,11 @@ export type RoutedBackendOptions = {
   fallback: StorageBackend;
   /** The fallback's bucket of fencegate's own records (src/epochs/): no request may reach it. */
   systemBucket?: string;
+  /**
+   * Refuse keys under each backend's reserved prefix, and leave them out of listings: the view of
+   * S3 requests. fencegate's own users of the store (the audit archive) go without.
+   */
+  guardMeta?: boolean;
 };
 
 /**
@@ -101,7 +106,7 @@ export class RoutedBackend implements StorageBackend {
    */
   storeKey(route: BucketRoute, key: string): string {
     const stored = route.prefix + key;
-    const reserved = route.backend.reservedKeyPrefix;
+    const reserved = this.opts.guardMeta ? route.backend.reservedKeyPrefix : undefined;
     if (reserved !== undefined && stored.startsWith(reserved)) {
       throw new DomainError(
         "InvalidObjectName",
@@ -199,9 +204,12 @@ export class RoutedBackend implements StorageBackend {
 
   async listObjects(input: ListInput): Promise<ListResult> {
     const r = this.route(input.bucket);
-    if (r.prefix === "") return r.backend.listObjects({ ...input, bucket: r.target });
+    const reserved = this.opts.guardMeta ? r.backend.reservedKeyPrefix : undefined;
+    const hidden = reserved !== undefined ? { hidden: reserved } : {};
+    if (r.prefix === "") return r.backend.listObjects({ ...input, bucket: r.target, ...hidden });
     const result = await r.backend.listObjects({
       ...input,
+      ...hidden,
       bucket: r.target,
       prefix: r.prefix + (input.prefix ?? ""),
       ...(input.startAfter !== undefined ? { startAfter: r.prefix + input.startAfter } : {}),
