@@ -49,15 +49,12 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
       });
     }
     const systemBucket = systemBucketOf(config);
-    const backend = new RoutedBackend({
-      routes,
-      fallback,
-      guardMeta: true,
-      ...(systemBucket ? { systemBucket } : {}),
-    });
-    const leaseStore = await openLeaseStore(config, { db, backend, ctx });
-    // The audit archive keeps its segments under the meta prefix, out of reach of S3 requests.
-    const internal = new RoutedBackend({ routes, fallback, ...(systemBucket ? { systemBucket } : {}) });
+    const system = systemBucket ? { systemBucket } : {};
+    // The view of S3 requests: keys under a backend's meta prefix are refused and never listed.
+    const backend = new RoutedBackend({ routes, fallback, guardMeta: true, ...system });
+    // fencegate's own uses of the store: token epochs, the audit archive (under .fencegate/audit/).
+    const internal = new RoutedBackend({ routes, fallback, ...system });
+    const leaseStore = await openLeaseStore(config, { db, backend: internal, ctx });
     const audit = await openAuditLog(config, { db, ctx, backend: internal });
     return {
       backend,
