@@ -76,6 +76,8 @@ export type ListInput = {
   /** Keys strictly after this one (S3 marker / start-after / continuation). */
   startAfter?: string;
   maxKeys: number;
+  /** Keys starting with this are left out, as if absent: the meta prefix, for S3 requests. */
+  hidden?: string;
 };
 
 export type ListResult = {
@@ -268,9 +270,34 @@ export type BackendCapabilities = {
   domain?: TxDomain;
 };
 
+/**
+ * fencegate's own small records (token epochs, src/epochs/) in a system bucket of a remote store,
+ * under the backend's meta prefix. The gateway reserves the bucket's name, so no S3 request
+ * reaches them. A record is only ever created, never replaced or removed.
+ */
+export interface SystemRecords {
+  /** The bucket and the store, for messages. */
+  readonly where: string;
+  /** Creates the bucket when missing; throws when it cannot be created or read (AccessDenied). */
+  open(): Promise<void>;
+  /**
+   * Creates the record unless one of that name exists (If-None-Match: *): true once it is
+   * durable, false when it exists. A create whose answer never came throws (it may have landed).
+   */
+  create(name: string, body: Buffer): Promise<boolean>;
+  /** The names of every record under `prefix`, whatever their content. */
+  list(prefix: string): Promise<string[]>;
+  /** Keys under `prefix` of gateway objects older versions kept in this bucket, deleted ones too. */
+  legacyKeys(prefix: string): Promise<string[]>;
+}
+
 export interface StorageBackend extends BackendCapabilities {
   readonly kind: string;
   readonly multipart: MultipartStore;
+  /** Object keys starting with this are fencegate's own in every bucket: no request may use them. */
+  readonly reservedKeyPrefix?: string;
+  /** Remote stores: the records of a system bucket (see SystemRecords). */
+  systemRecords?(bucket: string): SystemRecords;
 
   listBuckets(): Promise<BucketInfo[]>;
   /** BucketAlreadyOwnedByYou when it exists; InvalidBucketName. */

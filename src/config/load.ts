@@ -16,13 +16,24 @@ type Env = Record<string, string | undefined>;
 export function loadConfig(env: Env = process.env, overrides: Record<string, unknown> = {}): Config {
   const file = env.FENCEGATE_CONFIG;
   const fromFile = file ? readYaml(file) : {};
-  const merged = deepMerge(deepMerge(fromFile, envOverrides(env)), overrides);
+  const merged = withSystemBucket(deepMerge(deepMerge(fromFile, envOverrides(env)), overrides), env);
   const parsed = configSchema.safeParse(merged);
   if (!parsed.success) {
     const issues = parsed.error.issues.map((i) => `  ${i.path.join(".") || "(root)"}: ${i.message}`);
     throw new ConfigError(`invalid configuration${file ? ` in ${file}` : ""}:\n${issues.join("\n")}`);
   }
   return parsed.data;
+}
+
+/**
+ * FENCEGATE_SYSTEM_BUCKET names the system bucket of the default backend, whether that backend
+ * comes from the file or from FENCEGATE_BACKEND; the fs backend has none, and ignores it.
+ */
+function withSystemBucket(merged: Record<string, unknown>, env: Env): Record<string, unknown> {
+  const name = env.FENCEGATE_SYSTEM_BUCKET;
+  const backend = merged.backend;
+  if (!name || !isPlainObject(backend) || (backend.type !== "s3" && backend.type !== "azure")) return merged;
+  return { ...merged, backend: { ...backend, systemBucket: name } };
 }
 
 function readYaml(file: string): Record<string, unknown> {

@@ -2,6 +2,7 @@ import { z } from "zod";
 import { ACTIONS } from "../access/access-policy.js";
 import { routeOverlaps } from "../backends/routing/route-overlaps.js";
 import { storeIdentity } from "../backends/routing/store-identity.js";
+import { bucketNameProblem } from "../core/key-rules.js";
 
 const policy = z.enum(["required", "optional"]);
 
@@ -36,6 +37,16 @@ const signingKey = z.object({
 });
 
 const fsBackend = z.object({ type: z.literal("fs"), root: z.string().optional() }).strict();
+
+/**
+ * The bucket (container) of the default remote backend where fencegate keeps its own records: the
+ * token epochs of a Redis or Redlock lease store. Created when missing; no S3 request reaches it.
+ * FENCEGATE_SYSTEM_BUCKET. Default fencegate-system.
+ */
+const systemBucket = z
+  .string()
+  .refine((name) => bucketNameProblem(name) === null, { message: "not a valid bucket name" })
+  .optional();
 const s3Backend = z
   .object({
     type: z.literal("s3"),
@@ -65,6 +76,7 @@ const s3Backend = z
      * start when the store ignores them. Without it, each bucket is checked on its first write.
      */
     verifyBucket: z.string().min(3).optional(),
+    systemBucket,
   })
   .strict();
 const azureBackend = z
@@ -90,6 +102,7 @@ const azureBackend = z
       .optional(),
     /** ADLS Gen2 (hierarchical namespace); asked from the account when absent. */
     hierarchicalNamespace: z.boolean().optional(),
+    systemBucket,
   })
   .strict()
   .refine(
@@ -126,6 +139,17 @@ const bucketRoute = z
   })
   .strict();
 
+/**
+ * Older configurations' place for token epochs: `bucket` names the system bucket (as
+ * backend.systemBucket does), and the epoch objects older versions wrote under `prefix` (default
+ * `.fencegate/redis-epochs/`) in it still count, deleted ones included. Epochs are created in the
+ * system bucket whether or not this is set (see src/server/lease-components.ts).
+ */
+const legacyEpochs = z
+  .object({ bucket: z.string().min(1), prefix: z.string().min(1).optional() })
+  .strict()
+  .optional();
+
 const leaseStore = z.discriminatedUnion("type", [
   z.object({ type: z.literal("embedded") }),
   z.object({
@@ -133,14 +157,7 @@ const leaseStore = z.discriminatedUnion("type", [
     url: z.string().min(1),
     /** Every key starts with this (a hash tag: one cluster slot), the same for every replica. */
     keyPrefix: z.string().min(1).max(128).optional(),
-    /**
-     * Where token epochs live durably. Several replicas need a bucket of the shared storage
-     * backend; without it they live in the data directory, which only one gateway may use.
-     */
-    epochs: z
-      .object({ bucket: z.string().min(1), prefix: z.string().min(1).optional() })
-      .strict()
-      .optional(),
+    epochs: legacyEpochs,
     /** Redis settings that break mutual exclusion (an eviction policy): refuse (503) or only warn. */
     unsafeSettings: z.enum(["refuse", "warn"]).default("refuse"),
     /** A Redis command unanswered after this long fails, and the request answers 503. */
@@ -157,11 +174,7 @@ const leaseStore = z.discriminatedUnion("type", [
     urls: z.array(z.string().min(1)).min(1),
     /** Every key starts with this on every instance, the same for every replica. */
     keyPrefix: z.string().min(1).max(128).optional(),
-    /** Where token epochs live durably (as for redis). */
-    epochs: z
-      .object({ bucket: z.string().min(1), prefix: z.string().min(1).optional() })
-      .strict()
-      .optional(),
+    epochs: legacyEpochs,
     /** A command unanswered by an instance after this long counts as no answer. Default 2 s. */
     commandTimeoutMs: z.number().int().min(50).max(60_000).optional(),
   }),
@@ -334,6 +347,24 @@ export const configSchema = z
         code: "custom",
         path: ["server", "idleTimeoutMs"],
         message: `must be 0 or longer than leases.maxWaitMs (${c.leases.maxWaitMs} ms): a lease request waits that long without traffic`,
+      });
+    }
+    for (const [name, spec] of Object.entries(c.backends)) {
+      if (spec.type !== "fs" && spec.systemBucket !== undefined) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["backends", name, "systemBucket"],
+          message: "only the default backend (`backend`) holds the system bucket",
+        });
+      }
+    }
+    const epochsBucket = c.leaseStore.type === "embedded" ? undefined : c.leaseStore.epochs?.bucket;
+    const system = c.backend.type === "fs" ? undefined : c.backend.systemBucket;
+    if (epochsBucket !== undefined && system !== undefined && epochsBucket !== system) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["leaseStore", "epochs", "bucket"],
+        message: `names the system bucket ${epochsBucket}, but backend.systemBucket (or FENCEGATE_SYSTEM_BUCKET) names ${system}: keep one`,
       });
     }
     const fs = [c.backend, ...Object.values(c.backends)].filter((b) => b.type === "fs");

@@ -12,7 +12,7 @@ import type { Logger } from "../core/log.js";
 import { closeEmbeddedDb, type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
 import type { LeaseStore } from "../leases/lease-store.js";
 import { openAuditLog } from "./audit-components.js";
-import { openLeaseStore } from "./lease-components.js";
+import { openLeaseStore, systemBucketOf } from "./lease-components.js";
 
 /**
  * The backend, lease store and audit log of one gateway. Co-located ones share a TxDomain
@@ -54,9 +54,15 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
         store: storeOf(route.backend),
       });
     }
-    const backend = new RoutedBackend({ routes, fallback, fallbackStore: storeOf("default") });
-    const leaseStore = await openLeaseStore(config, { db, backend, ctx });
-    const audit = await openAuditLog(config, { db, ctx, backend });
+    const systemBucket = systemBucketOf(config);
+    const system = systemBucket ? { systemBucket } : {};
+    const fallbackStore = storeOf("default");
+    // The view of S3 requests: keys under a backend's meta prefix are refused and never listed.
+    const backend = new RoutedBackend({ routes, fallback, fallbackStore, guardMeta: true, ...system });
+    // fencegate's own uses of the store: token epochs, the audit archive (under .fencegate/audit/).
+    const internal = new RoutedBackend({ routes, fallback, fallbackStore, ...system });
+    const leaseStore = await openLeaseStore(config, { db, backend: internal, ctx });
+    const audit = await openAuditLog(config, { db, ctx, backend: internal });
     return {
       backend,
       leaseStore,

@@ -3,18 +3,99 @@ import type { StorageBackend } from "../backends/storage-backend.js";
 import { ConfigError } from "../config/load.js";
 import type { Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
-import { DomainError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
 import type { EmbeddedDb } from "../embedded/db.js";
-import { createBackendEpochStore } from "../epochs/backend-epoch-store.js";
+import { legacyObjectFloor, withFloors } from "../epochs/epoch-floors.js";
+import { grantsNeedEpochs } from "../epochs/grant-guard.js";
+import { createSystemEpochStore, type SystemEpochStore } from "../epochs/system-epoch-store.js";
 import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
 import type { LeaseStore } from "../leases/lease-store.js";
+import type { EpochStore } from "../leases/redis/epoch-store.js";
 import { createFileEpochStore } from "../leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore, redactUrl } from "../leases/redis/redis-lease-store.js";
 import { createRedlockLeaseStore } from "../leases/redlock/redlock-lease-store.js";
 
 /** How long the start waits for Redis before serving with lease calls answering 503. */
 const START_WAIT_MS = 3_000;
+
+/** The system bucket of a remote default backend, unless backend.systemBucket names another. */
+export const DEFAULT_SYSTEM_BUCKET = "fencegate-system";
+
+/** Where older versions kept epoch objects when leaseStore.epochs gave no prefix. */
+const LEGACY_EPOCHS_PREFIX = ".fencegate/redis-epochs/";
+
+/**
+ * The bucket of the default backend that holds fencegate's own records, when that backend is a
+ * remote store (s3, azure); the gateway reserves its name. The fs backend has none.
+ */
+export function systemBucketOf(config: Config): string | undefined {
+  if (config.backend.type === "fs") return undefined;
+  const legacy = config.leaseStore.type === "embedded" ? undefined : config.leaseStore.epochs?.bucket;
+  return legacy ?? config.backend.systemBucket ?? DEFAULT_SYSTEM_BUCKET;
+}
+
+type EpochSpec = { epochs?: { bucket: string; prefix?: string | undefined } | undefined };
+
+/**
+ * Where the token epochs of a Redis or Redlock lease store live, decided once, here. With a remote
+ * default backend (s3, azure, or a routed configuration whose default is one), always in its
+ * system bucket, shared by every replica: also when the deployment is set up from the environment
+ * alone, and never anywhere else. Only with the fs default backend (one machine, one gateway) in
+ * `<dataDir>/<dirName>`. Epochs that older versions kept elsewhere still count (epoch-floors.ts).
+ */
+function openEpochs(
+  config: Config,
+  spec: EpochSpec,
+  env: { backend: StorageBackend; dirName: string },
+): { epochs: EpochStore; system?: SystemEpochStore } {
+  const { backend } = env;
+  const localDir = join(config.dataDir, env.dirName);
+  const bucket = systemBucketOf(config);
+  if (bucket === undefined) {
+    const files = createFileEpochStore(localDir);
+    const legacy = spec.epochs
+      ? [legacyObjectFloor(backend, spec.epochs.bucket, spec.epochs.prefix ?? LEGACY_EPOCHS_PREFIX)]
+      : [];
+    return { epochs: withFloors(files, legacy) };
+  }
+  if (!backend.systemRecords) {
+    throw new ConfigError(`backend: the ${backend.kind} backend keeps no system records for token epochs`);
+  }
+  const system = createSystemEpochStore({
+    records: backend.systemRecords(bucket),
+    ...(spec.epochs ? { legacyPrefix: spec.epochs.prefix ?? LEGACY_EPOCHS_PREFIX } : {}),
+    localDirs: [localDir],
+  });
+  return { epochs: system, system };
+}
+
+/**
+ * Opens the system bucket (creating it when missing) before the gateway serves, waiting for it as
+ * long as for Redis. One that cannot be used, or has not answered yet, does not stop the start:
+ * every grant answers 503 naming it until it can be used.
+ */
+async function openSystemBucket(system: SystemEpochStore | undefined, log: Logger): Promise<void> {
+  if (!system) return;
+  let timer: NodeJS.Timeout | undefined;
+  const outcome = await Promise.race([
+    system.ready().then(
+      () => "ready" as const,
+      (e: unknown) => e as Error,
+    ),
+    new Promise<"waiting">((resolve) => {
+      timer = setTimeout(() => resolve("waiting"), START_WAIT_MS);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (outcome === "waiting") {
+    log.warn("the system bucket of the token epochs has not answered yet: grants answer 503 until it does");
+  } else if (outcome instanceof Error) {
+    log.error(
+      { err: outcome.message },
+      "token epochs cannot be kept: every grant answers 503 until they can",
+    );
+  }
+}
 
 /**
  * The lease store the configuration asks for: the embedded one, or one Redis shared by every
@@ -31,27 +112,8 @@ export async function openLeaseStore(
   if (spec.type === "embedded") return createEmbeddedLeaseStore({ db, clock: ctx.clock });
   const log = ctx.log.child({ component: "leases" });
   if (spec.type === "redlock") return openRedlockLeaseStore(config, spec, { backend, ctx, log });
-  const epochs = spec.epochs
-    ? createBackendEpochStore({
-        backend,
-        bucket: spec.epochs.bucket,
-        ...(spec.epochs.prefix ? { prefix: spec.epochs.prefix } : {}),
-      })
-    : createFileEpochStore(join(config.dataDir, "redis-epochs"));
-  if (!spec.epochs && config.backend.type !== "fs") {
-    log.warn(
-      "leaseStore.epochs is not set: token epochs live in this gateway's data directory, which is safe for one gateway only; several replicas must share leaseStore.epochs.bucket",
-    );
-  }
-  if (spec.epochs) {
-    // A missing bucket is a configuration error, found now rather than at the first grant.
-    await epochs.highest().catch((e: unknown) => {
-      if (e instanceof DomainError && e.code === "NoSuchBucket") {
-        throw new ConfigError(`leaseStore.epochs.bucket: bucket ${spec.epochs!.bucket} does not exist`);
-      }
-      log.warn({ err: (e as Error).message }, "the token epoch store is not reachable yet");
-    });
-  }
+  const { epochs, system } = openEpochs(config, spec, { backend, dirName: "redis-epochs" });
+  await openSystemBucket(system, log);
   const store = createRedisLeaseStore({
     url: spec.url,
     epochs,
@@ -72,7 +134,7 @@ export async function openLeaseStore(
       `leaseStore: unsafe Redis settings at ${redactUrl(spec.url)}: ${store.settings!.unsafe.join("; ")} (or set leaseStore.unsafeSettings: warn)`,
     );
   }
-  return store;
+  return system ? grantsNeedEpochs(store, system) : store;
 }
 
 type RedlockSpec = Extract<Config["leaseStore"], { type: "redlock" }>;
@@ -89,18 +151,8 @@ async function openRedlockLeaseStore(
   env: { backend: StorageBackend; ctx: { clock: Clock; log: Logger }; log: Logger },
 ): Promise<LeaseStore> {
   const { backend, ctx, log } = env;
-  const epochs = spec.epochs
-    ? createBackendEpochStore({
-        backend,
-        bucket: spec.epochs.bucket,
-        ...(spec.epochs.prefix ? { prefix: spec.epochs.prefix } : {}),
-      })
-    : createFileEpochStore(join(config.dataDir, "redlock-epochs"));
-  if (!spec.epochs && config.backend.type !== "fs") {
-    log.warn(
-      "leaseStore.epochs is not set: token epochs live in this gateway's data directory, which is safe for one gateway only; several replicas must share leaseStore.epochs.bucket",
-    );
-  }
+  const { epochs, system } = openEpochs(config, spec, { backend, dirName: "redlock-epochs" });
+  await openSystemBucket(system, log);
   if (spec.urls.length < 3) {
     log.warn(
       { instances: spec.urls.length },
@@ -122,5 +174,5 @@ async function openRedlockLeaseStore(
       "a majority of the Redlock instances is not reachable yet: lease calls and fenced writes answer 503 until it is",
     );
   }
-  return store;
+  return system ? grantsNeedEpochs(store, system) : store;
 }

@@ -13,7 +13,7 @@ import { createRedisAuditLog, openRedis, type RedisAuditLog } from "../../src/au
 import { createS3Backend, type S3Backend } from "../../src/backends/s3/index.js";
 import type { FencedCommit } from "../../src/backends/storage-backend.js";
 import { fakeClock } from "../../src/core/clock.js";
-import { createBackendEpochStore } from "../../src/epochs/backend-epoch-store.js";
+import { createSystemEpochStore } from "../../src/epochs/system-epoch-store.js";
 import { makeKeyring, signFencingToken } from "../../src/fence/tokens.js";
 import { WriteFencer } from "../../src/fence/write-fencer.js";
 import { type LeaseInfo, LeaseService } from "../../src/leases/lease-service.js";
@@ -65,7 +65,7 @@ describe("replicas on one Redis: a commit paused between its lease check and its
     inner = await startStore();
     const setup = createS3Backend(backendOptions(inner.url));
     await setup.createBucket(BUCKET);
-    await setup.createBucket(SYSTEM);
+    for (let lane = 0; lane < LANES; lane++) await setup.createBucket(`${SYSTEM}-${lane}`);
     await setup.close();
   }, 60_000);
 
@@ -89,7 +89,7 @@ describe("replicas on one Redis: a commit paused between its lease check and its
       const store = createRedisLeaseStore({
         url: redis.url,
         keyPrefix,
-        epochs: createBackendEpochStore({ backend, bucket: SYSTEM, prefix: `epochs-${lane}/` }),
+        epochs: createSystemEpochStore({ records: backend.systemRecords(`${SYSTEM}-${lane}`) }),
         clock,
       });
       const audit = await createRedisAuditLog({

@@ -86,6 +86,7 @@ import type {
   PutObjectResult,
   RangeRequest,
   StorageBackend,
+  SystemRecords,
   WriteState,
 } from "../storage-backend.js";
 import { AzureBuckets } from "./azure-buckets.js";
@@ -98,6 +99,7 @@ import { type BlobView, viewOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
 import { type AzureCapabilityReport, verifyAzureConditionalWrites } from "./capability.js";
 import { AzureObjectPort, type AzureVersion, observed } from "./object-port.js";
+import { azureSystemRecords } from "./system-records.js";
 
 export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
   return new AzureBackend(options);
@@ -154,6 +156,14 @@ export class AzureBackend implements StorageBackend {
     this.assertOpen();
     await this.clientReady;
     return verifyAzureConditionalWrites(this.store, bucket);
+  }
+
+  get reservedKeyPrefix(): string {
+    return this.store.opts.metaPrefix;
+  }
+
+  systemRecords(bucket: string): SystemRecords {
+    return azureSystemRecords(this.store, bucket);
   }
 
   async listBuckets(): Promise<BucketInfo[]> {

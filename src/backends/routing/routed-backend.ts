@@ -18,6 +18,7 @@ import type {
   PutObjectInput,
   RangeRequest,
   StorageBackend,
+  SystemRecords,
   UploadPartInput,
   UploadRef,
 } from "../storage-backend.js";
@@ -42,6 +43,13 @@ export type RoutedBackendOptions = {
   fallback: StorageBackend;
   /** Which store the fallback is (StoreIdentity.key). */
   fallbackStore?: string;
+  /** The fallback's bucket of fencegate's own records (src/epochs/): no request may reach it. */
+  systemBucket?: string;
+  /**
+   * Refuse keys under each backend's reserved prefix, and leave them out of listings: the view of
+   * S3 requests. fencegate's own users of the store (the audit archive) go without.
+   */
+  guardMeta?: boolean;
 };
 
 /**
@@ -62,6 +70,8 @@ export class RoutedBackend implements StorageBackend {
    * other.
    */
   private readonly owned = new Map<string, string[]>();
+  /** The fallback's system records, when it is a remote store. */
+  readonly systemRecords?: (bucket: string) => SystemRecords;
 
   constructor(private readonly opts: RoutedBackendOptions) {
     for (const [name, route] of opts.routes) {
@@ -78,17 +88,25 @@ export class RoutedBackend implements StorageBackend {
       if (only) this.domain = only;
     }
     this.multipart = new RoutedMultipart(this);
+    const { fallback } = opts;
+    if (fallback.systemRecords) this.systemRecords = (bucket) => fallback.systemRecords!(bucket);
   }
 
   /**
-   * The route of a gateway bucket. A bucket the fallback would serve from a store bucket that a
-   * configured gateway bucket keeps its objects in is refused, as a bucket the caller may not
+   * The route of a gateway bucket; every request's bucket comes through here. The system bucket
+   * is refused (fencegate's own records); so is a bucket the fallback would serve from a store
+   * bucket that a configured gateway bucket keeps its objects in, as a bucket the caller may not
    * access: the configured bucket owns those objects (and their leases).
    */
   route(bucket: string): BucketRoute {
     const configured = this.opts.routes.get(bucket);
-    if (configured) return configured;
-    const owners = this.owned.get(bucket);
+    const route = configured ?? { backend: this.opts.fallback, target: bucket, prefix: "" };
+    if (this.isSystem(bucket, route)) {
+      throw new DomainError("AccessDenied", `bucket ${bucket} is reserved for fencegate's own records`, {
+        bucket,
+      });
+    }
+    const owners = configured ? undefined : this.owned.get(bucket);
     if (owners) {
       const names = owners.map((n) => `"${n}"`).join(", ");
       throw new DomainError(
@@ -97,7 +115,13 @@ export class RoutedBackend implements StorageBackend {
           `keep${owners.length > 1 ? "" : "s"} its objects; reach them through ${owners.length > 1 ? "those" : "it"}`,
       );
     }
-    return { backend: this.opts.fallback, target: bucket, prefix: "" };
+    return route;
+  }
+
+  /** The system bucket, by its name or as the target of a configured bucket. */
+  private isSystem(bucket: string, route: BucketRoute): boolean {
+    const system = this.opts.systemBucket;
+    return bucket === system || (route.backend === this.opts.fallback && route.target === system);
   }
 
   domainOf(bucket: string): TxDomain | undefined {
@@ -109,10 +133,21 @@ export class RoutedBackend implements StorageBackend {
     return [...new Set([this.opts.fallback, ...[...this.opts.routes.values()].map((r) => r.backend)])];
   }
 
-  /** The key in the target, refused when the prefix makes it longer than a store accepts. */
+  /**
+   * The key in the target: refused under the store's own namespace, or when the prefix makes it
+   * longer than a store accepts. Every request's key comes through here.
+   */
   storeKey(route: BucketRoute, key: string): string {
-    if (route.prefix === "") return key;
     const stored = route.prefix + key;
+    const reserved = this.opts.guardMeta ? route.backend.reservedKeyPrefix : undefined;
+    if (reserved !== undefined && stored.startsWith(reserved)) {
+      throw new DomainError(
+        "InvalidObjectName",
+        `object keys starting with '${reserved}' are reserved by fencegate on this backend`,
+        { key, reason: "reserved-prefix" },
+      );
+    }
+    if (route.prefix === "") return key;
     if (Buffer.byteLength(stored) > MAX_OBJECT_KEY_BYTES) {
       throw new DomainError(
         "KeyTooLong",
@@ -125,10 +160,12 @@ export class RoutedBackend implements StorageBackend {
 
   async listBuckets(): Promise<BucketInfo[]> {
     const configured = [...this.opts.routes.entries()];
-    const own = (await this.opts.fallback.listBuckets()).filter((b) => !this.owned.has(b.name));
+    const own = (await this.opts.fallback.listBuckets()).filter(
+      (b) => !this.owned.has(b.name) && b.name !== this.opts.systemBucket,
+    );
     const listed = new Map(own.map((b) => [b.name, b]));
     for (const [name, route] of configured) {
-      if (listed.has(name)) continue;
+      if (listed.has(name) || this.isSystem(name, route)) continue;
       const target = await route.backend.headBucket(route.target).catch(() => null);
       if (target) listed.set(name, { name, creationDate: target.creationDate });
     }
@@ -199,9 +236,12 @@ export class RoutedBackend implements StorageBackend {
 
   async listObjects(input: ListInput): Promise<ListResult> {
     const r = this.route(input.bucket);
-    if (r.prefix === "") return r.backend.listObjects({ ...input, bucket: r.target });
+    const reserved = this.opts.guardMeta ? r.backend.reservedKeyPrefix : undefined;
+    const hidden = reserved !== undefined ? { hidden: reserved } : {};
+    if (r.prefix === "") return r.backend.listObjects({ ...input, bucket: r.target, ...hidden });
     const result = await r.backend.listObjects({
       ...input,
+      ...hidden,
       bucket: r.target,
       prefix: r.prefix + (input.prefix ?? ""),
       ...(input.startAfter !== undefined ? { startAfter: r.prefix + input.startAfter } : {}),

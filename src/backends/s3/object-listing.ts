@@ -36,9 +36,13 @@ export class ObjectListing {
     const prefix = input.prefix ?? "";
     const pageSize = Math.max(1, Math.min(1000, input.maxKeys + 1));
     let longRecords: Promise<KeyedRecord[]> | undefined;
+    // Plain objects under the meta prefix are fencegate's own and never listed; keys under it
+    // that older versions let clients write are hidden from S3 requests (ListInput.hidden).
+    const hidden = input.hidden;
+    const isHidden = (key: string) => hidden !== undefined && key.startsWith(hidden);
     const seek = (from: SeekFrom): AsyncIterable<ListEntry> => {
       longRecords ??= this.longRecords(bucket, prefix);
-      return this.entries(bucket, prefix, from, pageSize, longRecords);
+      return this.entries(bucket, prefix, from, pageSize, longRecords, isHidden);
     };
     const page = await listSortedAsync(input, seek);
     return page;
@@ -50,6 +54,7 @@ export class ObjectListing {
     from: SeekFrom,
     pageSize: number,
     longRecords: Promise<KeyedRecord[]>,
+    isHidden: (key: string) => boolean,
   ): AsyncGenerator<ListEntry> {
     const records = mergeSorted(
       this.directRecords(bucket, prefix, from, pageSize),
@@ -62,7 +67,7 @@ export class ObjectListing {
         if (!r.done && (p.done || compareKeys(r.value.key, p.value.key) <= 0)) {
           const same = !p.done && p.value.key === r.value.key;
           const entry = fromRecord(r.value, same ? p.value : null);
-          if (entry && reached(entry.key, from)) yield entry;
+          if (entry && reached(entry.key, from) && !isHidden(entry.key)) yield entry;
           [r, p] = await Promise.all([records.next(), same ? plains.next() : p]);
         } else if (!p.done) {
           if (reached(p.value.key, from)) yield fromPlain(p.value);

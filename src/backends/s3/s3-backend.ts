@@ -17,6 +17,7 @@ import type {
   PutObjectResult,
   RangeRequest,
   StorageBackend,
+  SystemRecords,
   WriteState,
 } from "../storage-backend.js";
 import { writeBlob } from "./blob-writer.js";
@@ -31,6 +32,7 @@ import type { ResolvedOptions } from "./options.js";
 import { type LiveVersion, liveOf } from "./records.js";
 import type { S3MultipartStore } from "./s3-multipart.js";
 import { noSuchKey } from "./store-errors.js";
+import { s3SystemRecords } from "./system-records.js";
 import type { UploadStore } from "./upload-store.js";
 
 /**
@@ -103,6 +105,14 @@ export class S3Backend implements StorageBackend {
     private readonly opts: ResolvedOptions,
   ) {
     this.buckets = new BucketOps(ctx, port);
+  }
+
+  get reservedKeyPrefix(): string {
+    return this.ctx.layout.meta;
+  }
+
+  systemRecords(bucket: string): SystemRecords {
+    return s3SystemRecords(this.ctx, bucket);
   }
 
   /** Runs collectGarbage every `intervalMs` (0: never). */

@@ -5,8 +5,9 @@
  * epoch is a record created once, by a conditional create, so that two gateways never both
  * believe they installed the same new epoch.
  *
- * Implementations: a directory of the data directory for one gateway (file-epoch-store.ts), an
- * object in the shared storage backend for several (src/epochs/).
+ * Implementations: a directory of the data directory for one gateway on the fs backend
+ * (file-epoch-store.ts), records of the system bucket of a remote backend, which every replica
+ * shares (src/epochs/). Which one is decided once, at start (src/server/lease-components.ts).
  */
 export interface EpochStore {
   readonly kind: string;

@@ -3,8 +3,9 @@ import { join } from "node:path";
 import type { EpochStore } from "./epoch-store.js";
 
 /**
- * Epochs as files of one directory (`<dataDir>/redis-epochs/<n>`), for a single gateway: a file
- * created with O_EXCL is the conditional create, fsynced with its directory before it counts.
+ * Epochs as files of one directory (`<dataDir>/redis-epochs/<n>`), for a single gateway on the
+ * fs backend: a file created with O_EXCL is the conditional create, fsynced with its directory
+ * before it counts.
  */
 export function createFileEpochStore(dir: string): EpochStore {
   mkdirSync(dir, { recursive: true });

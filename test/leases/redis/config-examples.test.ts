@@ -1,6 +1,7 @@
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { loadConfig } from "../../../src/config/load.js";
+import { systemBucketOf } from "../../../src/server/lease-components.js";
 import { ROOT } from "../../support/gateway.js";
 
 describe("config/ examples for Redis", () => {
@@ -16,12 +17,10 @@ describe("config/ examples for Redis", () => {
     });
   });
 
-  it("config/redis-replicas.yaml: epochs in a bucket of the shared S3 backend", () => {
+  it("config/redis-replicas.yaml: epochs in the system bucket of the shared S3 backend", () => {
     const config = loadConfig({ FENCEGATE_CONFIG: join(ROOT, "config/redis-replicas.yaml") });
-    expect(config.backend.type).toBe("s3");
-    expect(config.leaseStore).toMatchObject({
-      type: "redis",
-      epochs: { bucket: "fencegate-system", prefix: ".fencegate/redis-epochs/" },
-    });
+    expect(config.backend).toMatchObject({ type: "s3", systemBucket: "fencegate-system" });
+    expect(config.leaseStore).toMatchObject({ type: "redis", url: "redis://redis.internal:6379" });
+    expect(systemBucketOf(config)).toBe("fencegate-system");
   });
 });
