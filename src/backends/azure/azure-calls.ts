@@ -116,8 +116,8 @@ export class AzureCalls {
 }
 
 /**
- * Destroys `stream` with `error()` once `moved()` has not been called for `ms` while its reader
- * waited for bytes: a reader that stopped reading (its buffer full, or paused) is not the store's
+ * Destroys `stream` with `error()` once `moved()` has not been called for `ms` while there was
+ * room for more in its buffer: a reader that stopped reading (its buffer full) is not the store's
  * stall.
  */
 function watchIdle(stream: Readable, ms: number, error: () => Error): { moved(): void; stop(): void } {
@@ -129,9 +129,8 @@ function watchIdle(stream: Readable, ms: number, error: () => Error): { moved():
   };
   const check = () => {
     if (stream.destroyed || stream.readableEnded) return;
-    const readerWaits =
-      stream.readableFlowing !== false && stream.readableLength < stream.readableHighWaterMark;
-    if (readerWaits) stream.destroy(error());
+    // A full buffer is the reader's doing: the store had no room to send more.
+    if (stream.readableLength < stream.readableHighWaterMark) stream.destroy(error());
     else arm();
   };
   arm();

@@ -48,10 +48,3 @@ export function startDeadline(ms: number, callerSignal?: AbortSignal): Deadline 
     clear: () => clearTimeout(timer),
   };
 }
-
-/** A signal that aborts after `ms` with noAnswerInTime, for calls the SDK sends once. */
-export function deadlineSignal(ms: number, callerSignal?: AbortSignal): AbortSignal {
-  const controller = new AbortController();
-  setTimeout(() => controller.abort(noAnswerInTime(ms)), ms).unref();
-  return callerSignal ? AbortSignal.any([callerSignal, controller.signal]) : controller.signal;
-}

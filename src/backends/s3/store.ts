@@ -18,7 +18,7 @@ import {
   UploadPartCopyCommand,
 } from "@aws-sdk/client-s3";
 import type { ObjectHeaders } from "../storage-backend.js";
-import { deadlineSignal, noAnswerInTime, startDeadline } from "./deadline.js";
+import { noAnswerInTime, startDeadline } from "./deadline.js";
 import { classifyStoreError, storeDomainError, storeStatus } from "./store-errors.js";
 
 /**
@@ -114,30 +114,35 @@ export class Store {
     this.once.destroy();
   }
 
-  /** The abort signal of a call the SDK sends once: the caller's, and the call's deadline. */
-  private signalFor({ signal }: Send): AbortSignal {
-    return deadlineSignal(this.opts.requestTimeoutMs, signal);
+  /**
+   * Runs `run` within requestTimeoutMs, the SDK's attempts and its backoff included; at the
+   * deadline it fails with noAnswerInTime (a TimeoutError: an unknown outcome for a write). The
+   * limit ends when `run` does: a streamed answer's body is then bounded by the handler's idle
+   * limit alone, and may stream for as long as it moves.
+   */
+  private async within<T>(
+    signal: AbortSignal | undefined,
+    run: (abortSignal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const deadline = startDeadline(this.opts.requestTimeoutMs, signal);
+    try {
+      return await deadline.race(run(deadline.signal));
+    } finally {
+      deadline.clear();
+    }
   }
 
-  /**
-   * Runs one call within requestTimeoutMs, all of the SDK's attempts and its backoff included;
-   * a call that hits the limit fails with "no answer in time" (503 ServiceUnavailable). The limit
-   * ends when `run` does: a streamed answer's body (GetObject) is then bounded by the handler's
-   * idle limit alone, and may stream for as long as it moves.
-   */
+  /** One call `within` its deadline, its failure as a DomainError (503 when no answer came in time). */
   private async send<T>(
     run: (client: S3Client, abortSignal: AbortSignal) => Promise<T>,
     bucket: string | undefined,
     send: Send = {},
     client = this.client,
   ): Promise<T> {
-    const deadline = startDeadline(this.opts.requestTimeoutMs, send.signal);
     try {
-      return await deadline.race(run(client, deadline.signal));
+      return await this.within(send.signal, (abortSignal) => run(client, abortSignal));
     } catch (e) {
       throw this.mapped(e, bucket, send.signal);
-    } finally {
-      deadline.clear();
     }
   }
 
@@ -253,9 +258,9 @@ export class Store {
    */
   async putConditional(bucket: string, name: string, req: PutRequest): Promise<ConditionalPut> {
     try {
-      const out = await this.once.send(putCommand(bucket, name, req), {
-        abortSignal: this.signalFor({ signal: req.signal }),
-      });
+      const out = await this.within(req.signal, (abortSignal) =>
+        this.once.send(putCommand(bucket, name, req), { abortSignal }),
+      );
       return { outcome: "written", etag: out.ETag ?? "" };
     } catch (e) {
       switch (classifyStoreError(e)) {
@@ -512,16 +517,18 @@ export class Store {
     conditions: { ifMatch?: string; ifNoneMatch?: string },
   ): Promise<ConditionalPut> {
     try {
-      const out = await this.once.send(
-        new CompleteMultipartUploadCommand({
-          Bucket: bucket,
-          Key: name,
-          UploadId: uploadId,
-          MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
-          ...(conditions.ifMatch ? { IfMatch: conditions.ifMatch } : {}),
-          ...(conditions.ifNoneMatch ? { IfNoneMatch: conditions.ifNoneMatch } : {}),
-        }),
-        { abortSignal: this.signalFor({}) },
+      const out = await this.within(undefined, (abortSignal) =>
+        this.once.send(
+          new CompleteMultipartUploadCommand({
+            Bucket: bucket,
+            Key: name,
+            UploadId: uploadId,
+            MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
+            ...(conditions.ifMatch ? { IfMatch: conditions.ifMatch } : {}),
+            ...(conditions.ifNoneMatch ? { IfNoneMatch: conditions.ifNoneMatch } : {}),
+          }),
+          { abortSignal },
+        ),
       );
       return { outcome: "written", etag: out.ETag ?? "" };
     } catch (e) {
