@@ -20,6 +20,8 @@ import { openLeaseStore } from "./lease-components.js";
 export type Components = {
   /** Every bucket, routed to the backend that holds it. */
   backend: RoutedBackend;
+  /** Each configured backend by name: `default` (config `backend`) and those of `backends`. */
+  backends: ReadonlyMap<string, StorageBackend>;
   leaseStore: LeaseStore;
   audit: AuditLog;
   close(): Promise<void>;
@@ -53,6 +55,7 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
     const audit = await openAuditLog(config, { db, ctx, backend });
     return {
       backend,
+      backends: named,
       leaseStore,
       audit,
       async close() {

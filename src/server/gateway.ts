@@ -27,6 +27,7 @@ import { s3EdgeAnswer } from "../s3/client-errors.js";
 import { type S3Env, s3Handler } from "../s3/handler.js";
 import { completedUploads } from "../s3/operations/completed-uploads.js";
 import { openComponents } from "./components.js";
+import { createHealth, type Dependency } from "./health.js";
 
 export type Gateway = {
   /** e.g. http://127.0.0.1:9700 */
@@ -120,10 +121,27 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     audit,
     authenticate: apiAuthenticator(authenticator),
     pools: new Pools(leases, config.pools),
-    health: async () => {
-      await Promise.all([leaseStore.ping(), audit.ping(), backend.listBuckets()]);
-      return { gateway: gatewayId, backend: backend.kind, leaseStore: leaseStore.kind, auditLog: audit.kind };
-    },
+    health: createHealth({
+      dependencies: [
+        ...[...components.backends].map(
+          ([name, b]): Dependency => ({
+            name: name === "default" ? "backend" : `backends.${name}`,
+            kind: b.kind,
+            check: () => b.listBuckets(),
+          }),
+        ),
+        { name: "leaseStore", kind: leaseStore.kind, check: () => leaseStore.ping() },
+        { name: "auditLog", kind: audit.kind, check: () => audit.ping() },
+      ],
+      timeoutMs: config.server.healthTimeoutMs,
+      describe: {
+        gateway: gatewayId,
+        backend: backend.kind,
+        leaseStore: leaseStore.kind,
+        auditLog: audit.kind,
+      },
+      draining: () => null,
+    }),
   });
   const s3 = s3Handler({
     services: { backend, fencer, access, completions: completedUploads() },
