@@ -59,9 +59,11 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
       leaseStore,
       audit,
       async close() {
-        await backend.close();
-        await leaseStore.close();
-        await audit.close();
+        // Side by side: none waits for another (a silent Redis must not hold up the rest).
+        const closed = await Promise.allSettled([backend.close(), leaseStore.close(), audit.close()]);
+        for (const c of closed) {
+          if (c.status === "rejected") ctx.log.warn({ err: c.reason }, "closing a store failed");
+        }
         closeEmbeddedDb(db);
       },
     };

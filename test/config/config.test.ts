@@ -51,6 +51,7 @@ describe("loadConfig defaults", () => {
       keepAliveTimeoutMs: 65_000,
       requestTimeoutMs: 0,
       healthTimeoutMs: 2_000,
+      shutdownTimeoutMs: 10_000,
     });
     expect(c.dataDir).toBe("./data");
     expect(c.fencing).toEqual({ default: "required", buckets: {} });
