@@ -26,7 +26,16 @@ export type ApiEnv = {
   Variables: { principal: string; body: Buffer };
 };
 
-export type HealthCheck = () => Promise<Record<string, unknown>>;
+/** An answer of the health endpoints: 200 when `ok`, 503 otherwise, with `body` as JSON. */
+export type HealthReport = { ok: boolean; body: Record<string, unknown> };
+
+/** What the health endpoints ask (src/server/health.ts). */
+export type Health = {
+  /** Liveness: answered from the process alone, no dependency is called. */
+  live(): Record<string, unknown>;
+  /** Readiness: every dependency checked, within the health deadline. */
+  ready(): Promise<HealthReport>;
+};
 
 export type LeaseApiOptions = {
   leases: LeaseService;
@@ -37,7 +46,7 @@ export type LeaseApiOptions = {
   audit: AuditLog;
   /** Authenticates with SigV4; resolves the access key id or throws. */
   authenticate: (c: Context<ApiEnv>) => Promise<{ principal: string; body: Buffer }>;
-  health: HealthCheck;
+  health: Health;
   /** Ownership groups (configured pools). */
   pools?: Pools;
 };
@@ -60,13 +69,15 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     return c.json(e.body, 404);
   });
 
-  app.get("/health", async (c) => {
-    try {
-      return c.json({ status: "ok", ...(await opts.health()) });
-    } catch (e) {
-      return c.json({ status: "unavailable", error: (e as Error).message }, 503);
-    }
-  });
+  // Health needs no signature: load balancers and orchestrators poll it. /health is readiness
+  // under its original name.
+  const readiness = async (c: Context<ApiEnv>) => {
+    const report = await opts.health.ready();
+    return c.json(report.body, report.ok ? 200 : 503);
+  };
+  app.get("/health", readiness);
+  app.get("/health/ready", readiness);
+  app.get("/health/live", (c) => c.json(opts.health.live()));
 
   // The OpenAPI description of this API; like /health, readable without signing.
   app.get("/openapi.json", (c) => c.json(openapi));

@@ -1,10 +1,14 @@
+import { constants } from "node:os";
 import { ConfigError, loadConfig } from "../config/load.js";
 import { DEV_ACCESS_KEY_ID, DEV_SECRET_ACCESS_KEY } from "../config/resolve.js";
-import { startGateway } from "../server/gateway.js";
+import { flushLogger } from "../core/log.js";
+import { type Gateway, startGateway } from "../server/gateway.js";
 import { CliError, intOption, parse } from "./shared.js";
 
-/** Requests in flight at SIGTERM/SIGINT get this long to finish. */
-const SHUTDOWN_GRACE_MS = 10_000;
+/** Of the shutdown's bound, what is kept for writing out the log before the process exits. */
+const LOG_FLUSH_MS = 200;
+/** Past the bound by this much, the process exits whatever it is doing (it should never come to it). */
+const HARD_STOP_AFTER_MS = 1_000;
 
 export async function serveCommand(args: string[]): Promise<number> {
   const { values } = parse(args, {
@@ -22,9 +26,11 @@ export async function serveCommand(args: string[]): Promise<number> {
   if (Object.keys(server).length > 0) overrides.server = server;
   if (values["data-dir"]) overrides.dataDir = values["data-dir"];
 
-  let gateway: Awaited<ReturnType<typeof startGateway>>;
+  let gateway: Gateway;
+  let boundMs: number;
   try {
     const config = loadConfig(env, overrides);
+    boundMs = config.server.shutdownTimeoutMs;
     gateway = await startGateway(config);
     const devCreds = !config.rootCredential && !config.credentials;
     const lines = [
@@ -49,13 +55,40 @@ export async function serveCommand(args: string[]): Promise<number> {
     throw new CliError(`cannot start: ${(e as Error).message}`, 1);
   }
 
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      process.stderr.write(`fencegate: ${signal}, shutting down\n`);
-      gateway.close(SHUTDOWN_GRACE_MS).then(resolve, resolve);
-    };
-    process.once("SIGINT", () => stop("SIGINT"));
-    process.once("SIGTERM", () => stop("SIGTERM"));
-  });
-  return 0;
+  stopOnSignals(gateway, boundMs);
+  // The process ends in stopOnSignals.
+  return new Promise<number>(() => undefined);
+}
+
+/**
+ * SIGTERM and SIGINT stop the gateway within `boundMs` whatever its stores do: it stops
+ * accepting, lets requests in flight finish, answers those still running with 503 shortly before
+ * the bound, closes the stores without waiting on a silent one, writes out the log and exits 0.
+ * A second signal exits at once (128 + the signal's number).
+ */
+function stopOnSignals(gateway: Gateway, boundMs: number): void {
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      process.stderr.write(`fencegate: ${signal} again, exiting now\n`);
+      process.exit(128 + constants.signals[signal]);
+    }
+    stopping = true;
+    process.stderr.write(`fencegate: ${signal}, shutting down (within ${boundMs} ms)\n`);
+    const started = performance.now();
+    setTimeout(() => {
+      process.stderr.write("fencegate: the shutdown did not finish in time, exiting now\n");
+      process.exit(1);
+    }, boundMs + HARD_STOP_AFTER_MS).unref();
+    void (async () => {
+      await gateway.close(Math.max(0, boundMs - LOG_FLUSH_MS)).catch((err: unknown) => {
+        gateway.log.error({ err }, "shutdown failed");
+      });
+      const left = Math.max(0, boundMs - (performance.now() - started));
+      await Promise.race([flushLogger(gateway.log), new Promise((r) => setTimeout(r, left).unref())]);
+      process.exit(0);
+    })();
+  };
+  process.on("SIGINT", stop);
+  process.on("SIGTERM", stop);
 }

@@ -245,6 +245,10 @@ export const configSchema = z
         keepAliveTimeoutMs: z.number().int().min(100).max(600_000).default(65_000),
         /** A whole request, body included, must arrive within this long (0: no limit, for large uploads). */
         requestTimeoutMs: z.number().int().min(0).max(86_400_000).default(0),
+        /** Health and readiness answer within this long: a dependency slower than that is reported as down. */
+        healthTimeoutMs: z.number().int().min(50).max(60_000).default(2_000),
+        /** SIGTERM/SIGINT: the process exits within this long, whatever its stores do. */
+        shutdownTimeoutMs: z.number().int().min(100).max(600_000).default(10_000),
       })
       .strict()
       .refine((s) => s.requestTimeoutMs === 0 || s.requestTimeoutMs >= s.headersTimeoutMs, {
@@ -258,6 +262,8 @@ export const configSchema = z
         idleTimeoutMs: 120_000,
         keepAliveTimeoutMs: 65_000,
         requestTimeoutMs: 0,
+        healthTimeoutMs: 2_000,
+        shutdownTimeoutMs: 10_000,
       }),
     dataDir: z.string().min(1).default("./data"),
     gatewayId: z.string().min(1).optional(),

@@ -232,7 +232,12 @@ async function runSwaps<S>(
       if (answer.outcome === "lost") break;
       // Unknown and unchanged: it may still arrive. The same request again: at most one lands.
       if (sends >= MAX_SENDS) throw new OutcomeUnknownError(ref, writeId, observed, port, answer.error);
-      answer = await port.swap(ref, observed, next, { attempt, op: spec.op });
+      try {
+        answer = await port.swap(ref, observed, next, { attempt, op: spec.op });
+      } catch (e) {
+        // This send certainly did nothing, but the one before may have landed.
+        throw new OutcomeUnknownError(ref, writeId, observed, port, e);
+      }
     }
     await backoff(attempt);
   }

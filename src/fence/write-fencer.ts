@@ -248,7 +248,10 @@ export class WriteFencer {
     if (wasAudited(err)) return;
     const reason = isDomainError(err) ? err.code : "InternalError";
     let highestToken = highestTokenOf(err) ?? null;
-    if (highestToken === null && ctx.bucket !== "" && ctx.key !== "") {
+    // A store that just did not answer (or asked us to slow down) is not asked again: that would
+    // double the wait of a request already answered 503.
+    const storeDown = isDomainError(err) && (err.code === "ServiceUnavailable" || err.code === "SlowDown");
+    if (highestToken === null && !storeDown && ctx.bucket !== "" && ctx.key !== "") {
       highestToken = await this.opts.highestToken(ctx.bucket, ctx.key).catch(() => null);
       if (highestToken !== null && isDomainError(err)) err.details.highestToken = highestToken;
     }

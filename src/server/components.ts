@@ -21,6 +21,8 @@ import { openLeaseStore, systemBucketOf } from "./lease-components.js";
 export type Components = {
   /** Every bucket, routed to the backend that holds it. */
   backend: RoutedBackend;
+  /** Each configured backend by name: `default` (config `backend`) and those of `backends`. */
+  backends: ReadonlyMap<string, StorageBackend>;
   leaseStore: LeaseStore;
   audit: AuditLog;
   close(): Promise<void>;
@@ -65,12 +67,15 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
     const audit = await openAuditLog(config, { db, ctx, backend: internal });
     return {
       backend,
+      backends: named,
       leaseStore,
       audit,
       async close() {
-        await backend.close();
-        await leaseStore.close();
-        await audit.close();
+        // Side by side: none waits for another (a silent Redis must not hold up the rest).
+        const closed = await Promise.allSettled([backend.close(), leaseStore.close(), audit.close()]);
+        for (const c of closed) {
+          if (c.status === "rejected") ctx.log.warn({ err: c.reason }, "closing a store failed");
+        }
         closeEmbeddedDb(db);
       },
     };

@@ -1,5 +1,5 @@
 import { createHmac, randomBytes } from "node:crypto";
-import { createServer, type IncomingMessage, type Server } from "node:http";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { getRequestListener, type HttpBindings } from "@hono/node-server";
 import { Hono } from "hono";
@@ -28,6 +28,8 @@ import { s3EdgeAnswer } from "../s3/client-errors.js";
 import { type S3Env, s3Handler } from "../s3/handler.js";
 import { completedUploads } from "../s3/operations/completed-uploads.js";
 import { openComponents } from "./components.js";
+import { createHealth, type Dependency } from "./health.js";
+import { InFlight, type RawAnswer } from "./in-flight.js";
 
 export type Gateway = {
   /** e.g. http://127.0.0.1:9700 */
@@ -36,11 +38,14 @@ export type Gateway = {
   port: number;
   gatewayId: string;
   server: Server;
+  log: Logger;
   /**
-   * Stops accepting connections, lets requests in flight finish for up to `graceMs`, then
-   * drops the rest (an unfinished upload commits nothing) and closes the stores.
+   * Without a bound: stops accepting connections, drops every connection at once and closes the
+   * stores. With `boundMs` (SIGTERM): stops accepting connections, lets requests in flight
+   * finish, answers those still running shortly before the bound with 503, and closes the stores
+   * without waiting on one that does not answer; resolves within `boundMs`.
    */
-  close(graceMs?: number): Promise<void>;
+  close(boundMs?: number): Promise<void>;
 };
 
 export type StartOptions = {
@@ -58,6 +63,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const secrets = resolveSecrets(config);
   const components = await openComponents(config, { clock, gatewayId, log });
   const { backend, leaseStore, audit } = components;
+  /** Set once a shutdown began: readiness fails, answers close their connection. */
+  let draining: string | null = null;
+  /** The request id of each request, for an answer given at the shutdown's bound. */
+  const requestIds = new WeakMap<IncomingMessage, string>();
 
   const policyFor = (bucket: string) =>
     config.buckets[bucket]?.fencing ?? config.fencing.buckets[bucket] ?? config.fencing.default;
@@ -102,6 +111,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const started = performance.now();
     c.set("requestId", requestId);
     c.set("log", requestLog);
+    requestIds.set(c.env.incoming, requestId);
     await next();
     // The path only: a query string may hold a presigned signature or a fencing token.
     requestLog.info(
@@ -116,6 +126,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     c.res.headers.set("x-amz-request-id", requestId);
     c.res.headers.set("x-amz-id-2", Buffer.from(`${gatewayId}/${requestId}`).toString("base64"));
     c.res.headers.set("server", "fencegate");
+    if (draining !== null) c.res.headers.set("connection", "close");
   });
   const api = leaseApi({
     leases,
@@ -124,10 +135,27 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     audit,
     authenticate: apiAuthenticator(authenticator),
     pools: new Pools(leases, config.pools),
-    health: async () => {
-      await Promise.all([leaseStore.ping(), audit.ping(), backend.listBuckets()]);
-      return { gateway: gatewayId, backend: backend.kind, leaseStore: leaseStore.kind, auditLog: audit.kind };
-    },
+    health: createHealth({
+      dependencies: [
+        ...[...components.backends].map(
+          ([name, b]): Dependency => ({
+            name: name === "default" ? "backend" : `backends.${name}`,
+            kind: b.kind,
+            check: () => b.listBuckets(),
+          }),
+        ),
+        { name: "leaseStore", kind: leaseStore.kind, check: () => leaseStore.ping() },
+        { name: "auditLog", kind: audit.kind, check: () => audit.ping() },
+      ],
+      timeoutMs: config.server.healthTimeoutMs,
+      describe: {
+        gateway: gatewayId,
+        backend: backend.kind,
+        leaseStore: leaseStore.kind,
+        auditLog: audit.kind,
+      },
+      draining: () => draining,
+    }),
   });
   const s3 = s3Handler({
     services: { backend, fencer, access, completions: completedUploads() },
@@ -170,6 +198,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         // Hono builds the path from the URL too; a failure there is the adapter's failure.
         res = refuseTarget(err, incoming);
       }
+      // Answered with 503 at the shutdown's bound while it ran: this answer goes nowhere.
+      if (inFlight.wasCut(outgoing)) return discardAnswer(res, outgoing);
       return sendNodeBody(res, outgoing);
     },
     // The adapter calls this synchronously from the listener, while currentRequest() is its request.
@@ -194,6 +224,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     guardRequests(listener as Parameters<typeof guardRequests>[0], { render, maxHeadersCount, log }),
   );
   server.maxHeadersCount = maxHeadersCount;
+  const inFlight = new InFlight(server);
   // Idle sockets, stalled uploads and readers that stopped reading are closed after this long.
   server.timeout = serverConfig.idleTimeoutMs;
   installEdgeAnswers(server, { log, render });
@@ -215,19 +246,76 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   }, sweepMs);
   sweeper.unref();
 
+  /** What a request still running at the shutdown's bound is answered. */
+  const cutOffAnswer = (req: IncomingMessage): RawAnswer => {
+    const requestId = requestIds.get(req) ?? newRequestId();
+    const refusal = new DomainError(
+      "ServiceUnavailable",
+      "the gateway is shutting down and could not finish this request in time; please retry",
+    );
+    const where = { target: req.url, host: req.headers.host };
+    const answer = render(refusal, where, requestId);
+    const write = !isLeaseApiTarget(req.url, req.headers.host, domain) && WRITE_METHODS.has(req.method ?? "");
+    return {
+      status: answer.status,
+      headers: {
+        "content-type": answer.contentType,
+        "x-amz-request-id": requestId,
+        server: "fencegate",
+        "retry-after": "1",
+        // A write may have reached its commit: its outcome is unknown, never "refused".
+        ...(write ? { "x-fence-outcome": "unknown" } : {}),
+      },
+      body: answer.body,
+    };
+  };
+
+  const closeNow = async () => {
+    await new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeAllConnections();
+    });
+    await components.close();
+  };
+
+  const shutdown = async (boundMs: number) => {
+    const started = performance.now();
+    const left = () => Math.max(0, boundMs - (performance.now() - started));
+    log.info({ inFlight: inFlight.size, boundMs }, "shutting down");
+    server.close();
+    server.closeIdleConnections();
+    // Requests get the bound, less a moment kept for closing the stores and flushing the log.
+    await inFlight.drained(boundMs - Math.min(STORES_CLOSE_RESERVE_MS, boundMs / 4));
+    if (inFlight.size > 0) {
+      log.warn({ requests: inFlight.size }, "answering the requests still running with 503");
+      await inFlight.cutOff(cutOffAnswer, Math.min(CUT_OFF_FLUSH_MS, left()));
+    }
+    server.closeAllConnections();
+    let timer: NodeJS.Timeout | undefined;
+    const stores = components.close().then(
+      () => true,
+      (err: unknown) => {
+        log.warn({ err }, "closing the stores failed");
+        return true;
+      },
+    );
+    const closed = await Promise.race([
+      stores,
+      new Promise<false>((resolve) => {
+        timer = setTimeout(() => resolve(false), left());
+      }),
+    ]);
+    clearTimeout(timer);
+    if (!closed) log.warn("the stores did not close within the shutdown's bound");
+  };
+
   let closing: Promise<void> | undefined;
-  const close = (graceMs = 0) => {
+  const close = (boundMs?: number) => {
     closing ??= (async () => {
+      draining = "the gateway is shutting down";
       clearInterval(sweeper);
       outcomes.close();
-      await new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeIdleConnections();
-        const force = setTimeout(() => server.closeAllConnections(), graceMs);
-        force.unref();
-        server.once("close", () => clearTimeout(force));
-      });
-      await components.close();
+      await (boundMs === undefined ? closeNow() : shutdown(boundMs));
     })();
     return closing;
   };
@@ -235,7 +323,23 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     { url, backend: backend.kind, leaseStore: leaseStore.kind, dataDir: config.dataDir },
     "fencegate listening",
   );
-  return { url, host, port, gatewayId, server, close };
+  return { url, host, port, gatewayId, server, log, close };
+}
+
+/** Of a shutdown's bound, what is kept for closing the stores once requests had their time. */
+const STORES_CLOSE_RESERVE_MS = 1_000;
+/** How long the answers given at the bound get to be written before every connection closes. */
+const CUT_OFF_FLUSH_MS = 200;
+/** The S3 methods that may change an object (an answer at the bound leaves their outcome unknown). */
+const WRITE_METHODS = new Set(["PUT", "POST", "DELETE"]);
+
+/** The answer the app gave to a request that was already answered: dropped, its body too. */
+function discardAnswer(res: Response, outgoing: ServerResponse): Response {
+  if (!outgoing.destroyed) outgoing.destroy();
+  // With the connection gone, sendNodeBody only releases an object stream the answer held.
+  sendNodeBody(res, outgoing);
+  res.body?.cancel().catch(() => undefined);
+  return new Response(null, { headers: { "x-hono-already-sent": "true" } });
 }
 
 /**

@@ -831,7 +831,9 @@ export function describeStorageBackendContract(name: string, factory: BackendFac
         const early = await backend.writeState(bucket, "k");
         // Written meanwhile: the early look is stale, and the commit must not trust it.
         await put("k", "v2", 6);
-        await expect(put("k", "v3", 5, { commit: { early: early.early } })).rejects.toBeInstanceOf(StaleTokenError);
+        await expect(put("k", "v3", 5, { commit: { early: early.early } })).rejects.toBeInstanceOf(
+          StaleTokenError,
+        );
         await put("k", "v4", 7, { commit: { early: early.early } });
         expect((await readAll((await backend.getObject(bucket, "k")).body)).toString()).toBe("v4");
         expect(await backend.highestToken(bucket, "k")).toBe(7);

@@ -50,6 +50,8 @@ describe("loadConfig defaults", () => {
       idleTimeoutMs: 120_000,
       keepAliveTimeoutMs: 65_000,
       requestTimeoutMs: 0,
+      healthTimeoutMs: 2_000,
+      shutdownTimeoutMs: 10_000,
     });
     expect(c.dataDir).toBe("./data");
     expect(c.fencing).toEqual({ default: "required", buckets: {} });

@@ -314,7 +314,8 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
       closed = true;
       if (timer) clearInterval(timer);
       await running?.catch(() => undefined);
-      if (o.ownsConnection) await redis.quit().catch(() => redis.disconnect());
+      // Not QUIT, which waits for an answer a silent Redis never gives: a shutdown must not wait.
+      if (o.ownsConnection) redis.disconnect();
     },
   };
 }

@@ -360,9 +360,10 @@ export class AzureBackend implements StorageBackend {
       return await this.store.calls.runStream(
         `get ${bucket}/${key}`,
         signal,
-        (abortSignal) =>
+        (abortSignal, onProgress) =>
           blob.download(offset, count, {
             abortSignal,
+            onProgress,
             maxRetryRequests: 3,
             ...(ifMatch ? { conditions: { ifMatch } } : {}),
           }),

@@ -3,8 +3,10 @@ import { abandoned, type CallContext, toDomainError } from "./azure-errors.js";
 
 /**
  * Every call to Azure goes through here: it gets its own deadline (requestTimeoutMs, across the
- * SDK's own retries) and follows the caller's AbortSignal (a client that went away), and its
- * failure becomes a DomainError. No call can hang a request.
+ * SDK's own retries and their backoff) and follows the caller's AbortSignal (a client that went
+ * away), and its failure becomes a DomainError. No call can hang a request: a call that hits its
+ * deadline fails with "no answer in time" (503) when the limit is up, whether or not the SDK has
+ * noticed its abort signal yet.
  */
 export class AzureCalls {
   constructor(readonly timeoutMs: number) {}
@@ -22,7 +24,7 @@ export class AzureCalls {
   ): Promise<T> {
     const call = this.start(what, signal);
     try {
-      return await fn(call.signal);
+      return await call.race(fn(call.signal));
     } catch (e) {
       if (expected?.(e) && !call.ctx.timedOut && !call.ctx.abandoned) throw e;
       throw toDomainError(e, call.ctx);
@@ -34,20 +36,23 @@ export class AzureCalls {
 
   /**
    * A call whose answer carries a body stream (a download): the deadline covers the answer's
-   * headers only (a large body may take longer), the caller's signal also covers the body, which
-   * then errors and stops.
+   * headers; the body may then stream for as long as it moves, and is stopped once no byte came
+   * for requestTimeoutMs while its reader was waiting for one (`fn` hands `onProgress` to the
+   * SDK's download, which calls it for every chunk). The caller's signal also covers the body,
+   * which then errors and stops.
    */
   async runStream<T>(
     what: string,
     signal: AbortSignal | undefined,
-    fn: (abortSignal: AbortSignal) => Promise<T>,
+    fn: (abortSignal: AbortSignal, onProgress: () => void) => Promise<T>,
     streamOf: (value: T) => Readable | undefined,
     expected?: (e: unknown) => boolean,
   ): Promise<T> {
     const call = this.start(what, signal);
+    let moved: () => void = () => undefined;
     let value: T;
     try {
-      value = await fn(call.signal);
+      value = await call.race(fn(call.signal, () => moved()));
     } catch (e) {
       call.settle();
       call.release();
@@ -57,7 +62,20 @@ export class AzureCalls {
     call.settle();
     const stream = streamOf(value);
     if (!stream) call.release();
-    else stream.once("close", call.release);
+    else {
+      const idle = watchIdle(stream, this.timeoutMs, () =>
+        toDomainError(new Error(`no bytes for ${this.timeoutMs} ms`), {
+          ...call.ctx,
+          what: `${what}, its body stalled`,
+          timedOut: true,
+        }),
+      );
+      moved = idle.moved;
+      stream.once("close", () => {
+        idle.stop();
+        call.release();
+      });
+    }
     return value;
   }
 
@@ -65,6 +83,11 @@ export class AzureCalls {
     if (signal?.aborted) throw abandoned();
     const controller = new AbortController();
     const ctx: CallContext = { what, timeoutMs: this.timeoutMs };
+    let expire: (e: Error) => void = () => undefined;
+    const expired = new Promise<never>((_, reject) => {
+      expire = reject;
+    });
+    expired.catch(() => undefined);
     const onAbort = () => {
       ctx.abandoned = true;
       controller.abort();
@@ -72,13 +95,44 @@ export class AzureCalls {
     signal?.addEventListener("abort", onAbort, { once: true });
     const timer = setTimeout(() => {
       ctx.timedOut = true;
-      controller.abort();
+      const error = Object.assign(new Error(`no answer within ${this.timeoutMs} ms`), {
+        name: "TimeoutError",
+      });
+      controller.abort(error);
+      expire(error);
     }, this.timeoutMs);
     return {
       signal: controller.signal,
       ctx,
+      race<T>(work: Promise<T>): Promise<T> {
+        // What the SDK raises once it notices the abort, after the deadline answered, goes nowhere.
+        work.catch(() => undefined);
+        return Promise.race([work, expired]);
+      },
       settle: () => clearTimeout(timer),
       release: () => signal?.removeEventListener("abort", onAbort),
     };
   }
+}
+
+/**
+ * Destroys `stream` with `error()` once `moved()` has not been called for `ms` while there was
+ * room for more in its buffer: a reader that stopped reading (its buffer full) is not the store's
+ * stall.
+ */
+function watchIdle(stream: Readable, ms: number, error: () => Error): { moved(): void; stop(): void } {
+  let timer: NodeJS.Timeout | undefined;
+  const arm = () => {
+    clearTimeout(timer);
+    timer = setTimeout(check, ms);
+    timer.unref();
+  };
+  const check = () => {
+    if (stream.destroyed || stream.readableEnded) return;
+    // A full buffer is the reader's doing: the store had no room to send more.
+    if (stream.readableLength < stream.readableHighWaterMark) stream.destroy(error());
+    else arm();
+  };
+  arm();
+  return { moved: arm, stop: () => clearTimeout(timer) };
 }

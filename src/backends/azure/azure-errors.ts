@@ -82,7 +82,7 @@ export function toDomainError(e: unknown, ctx: CallContext): Error {
   if (ctx.timedOut) {
     return new DomainError(
       "ServiceUnavailable",
-      `Azure Blob Storage did not answer within ${ctx.timeoutMs} ms (${ctx.what})`,
+      `no answer in time: Azure Blob Storage did not answer within ${ctx.timeoutMs} ms (${ctx.what})`,
       {},
       { cause: e },
     );

@@ -64,8 +64,8 @@ export async function assembleParts(
       answer = await store.calls.runStream(
         `read part ${part.partNumber} of upload ${ref.uploadId}`,
         signal,
-        (abortSignal) =>
-          source.download(0, undefined, { abortSignal, conditions: { ifMatch: part.azureEtag } }),
+        (abortSignal, onProgress) =>
+          source.download(0, undefined, { abortSignal, onProgress, conditions: { ifMatch: part.azureEtag } }),
         (a) => a.readableStreamBody as Readable | undefined,
         (e) => azureStatus(e) === 404 || azureStatus(e) === 412,
       );

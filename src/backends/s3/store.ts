@@ -18,11 +18,13 @@ import {
   UploadPartCopyCommand,
 } from "@aws-sdk/client-s3";
 import type { ObjectHeaders } from "../storage-backend.js";
+import { noAnswerInTime, startDeadline } from "./deadline.js";
 import { classifyStoreError, storeDomainError, storeStatus } from "./store-errors.js";
 
 /**
- * The store as fencegate uses it: a few S3 calls, each with a time limit and the caller's abort
- * signal, and S3's failures turned into DomainErrors (store-errors.ts). NoSuchKey answers null.
+ * The store as fencegate uses it: a few S3 calls, each with a time limit (requestTimeoutMs for
+ * the whole call, the SDK's retries included) and the caller's abort signal, and S3's failures
+ * turned into DomainErrors (store-errors.ts). NoSuchKey answers null.
  *
  * Requests go without flexible checksums (`WHEN_REQUIRED`): some S3-compatible stores keep the
  * aws-chunked framing of a checksummed stream as data. Bodies are Buffers with an explicit
@@ -74,7 +76,7 @@ export type PutRequest = {
   signal?: AbortSignal;
 };
 
-type Send = { signal?: AbortSignal | undefined; timeout?: boolean };
+type Send = { signal?: AbortSignal | undefined };
 
 export class Store {
   /** Names the store in messages: the endpoint, or Amazon S3 and its region. */
@@ -94,6 +96,8 @@ export class Store {
       responseChecksumValidation: "WHEN_REQUIRED" as const,
       // Built into the SDK's NodeHttpHandler: connect, wait for the headers, and any idle
       // stretch of a body each get the limit; throwOnRequestTimeout makes the wait an error.
+      // The whole call, every attempt and the backoff between them, has the same limit (send):
+      // a store that does not answer uses it up on the first attempt.
       requestHandler: {
         connectionTimeout: opts.requestTimeoutMs,
         requestTimeout: opts.requestTimeoutMs,
@@ -111,25 +115,32 @@ export class Store {
   }
 
   /**
-   * The abort signal of one call: the caller's, and a deadline for the whole call unless its
-   * response is a body that streams for as long as it needs (GetObject; the handler's idle limit
-   * still applies). Each attempt is bounded by the handler (requestTimeoutMs); the deadline covers
-   * all attempts and the SDK's backoff between them (which honours Retry-After, up to 5 s more).
+   * Runs `run` within requestTimeoutMs, the SDK's attempts and its backoff included; at the
+   * deadline it fails with noAnswerInTime (a TimeoutError: an unknown outcome for a write). The
+   * limit ends when `run` does: a streamed answer's body is then bounded by the handler's idle
+   * limit alone, and may stream for as long as it moves.
    */
-  private signalFor({ signal, timeout = true }: Send, attempts = 3): AbortSignal | undefined {
-    if (!timeout) return signal;
-    const limit = AbortSignal.timeout(this.opts.requestTimeoutMs * attempts + (attempts - 1) * 10_000);
-    return signal ? AbortSignal.any([signal, limit]) : limit;
+  private async within<T>(
+    signal: AbortSignal | undefined,
+    run: (abortSignal: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const deadline = startDeadline(this.opts.requestTimeoutMs, signal);
+    try {
+      return await deadline.race(run(deadline.signal));
+    } finally {
+      deadline.clear();
+    }
   }
 
+  /** One call `within` its deadline, its failure as a DomainError (503 when no answer came in time). */
   private async send<T>(
-    run: (client: S3Client, abortSignal: AbortSignal | undefined) => Promise<T>,
+    run: (client: S3Client, abortSignal: AbortSignal) => Promise<T>,
     bucket: string | undefined,
     send: Send = {},
     client = this.client,
   ): Promise<T> {
     try {
-      return await run(client, this.signalFor(send));
+      return await this.within(send.signal, (abortSignal) => run(client, abortSignal));
     } catch (e) {
       throw this.mapped(e, bucket, send.signal);
     }
@@ -138,11 +149,7 @@ export class Store {
   /** A store failure as a DomainError; our own time limit's abort is a timeout, not an abort. */
   mapped(e: unknown, bucket?: string, callerSignal?: AbortSignal): unknown {
     if (classifyStoreError(e) === "aborted" && !callerSignal?.aborted) {
-      const timeout = Object.assign(new Error("no answer in time"), {
-        name: "TimeoutError",
-        cause: e,
-      });
-      return storeDomainError(timeout, this.endpoint, bucket);
+      return storeDomainError(noAnswerInTime(this.opts.requestTimeoutMs, e), this.endpoint, bucket);
     }
     return storeDomainError(e, this.endpoint, bucket);
   }
@@ -210,7 +217,7 @@ export class Store {
         }
       },
       bucket,
-      { signal: opts.signal, timeout: false },
+      { signal: opts.signal },
     );
   }
 
@@ -251,9 +258,9 @@ export class Store {
    */
   async putConditional(bucket: string, name: string, req: PutRequest): Promise<ConditionalPut> {
     try {
-      const out = await this.once.send(putCommand(bucket, name, req), {
-        abortSignal: this.signalFor({ signal: req.signal }, 1),
-      });
+      const out = await this.within(req.signal, (abortSignal) =>
+        this.once.send(putCommand(bucket, name, req), { abortSignal }),
+      );
       return { outcome: "written", etag: out.ETag ?? "" };
     } catch (e) {
       switch (classifyStoreError(e)) {
@@ -510,16 +517,18 @@ export class Store {
     conditions: { ifMatch?: string; ifNoneMatch?: string },
   ): Promise<ConditionalPut> {
     try {
-      const out = await this.once.send(
-        new CompleteMultipartUploadCommand({
-          Bucket: bucket,
-          Key: name,
-          UploadId: uploadId,
-          MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
-          ...(conditions.ifMatch ? { IfMatch: conditions.ifMatch } : {}),
-          ...(conditions.ifNoneMatch ? { IfNoneMatch: conditions.ifNoneMatch } : {}),
-        }),
-        { abortSignal: this.signalFor({}, 1) },
+      const out = await this.within(undefined, (abortSignal) =>
+        this.once.send(
+          new CompleteMultipartUploadCommand({
+            Bucket: bucket,
+            Key: name,
+            UploadId: uploadId,
+            MultipartUpload: { Parts: parts.map((p) => ({ PartNumber: p.partNumber, ETag: p.etag })) },
+            ...(conditions.ifMatch ? { IfMatch: conditions.ifMatch } : {}),
+            ...(conditions.ifNoneMatch ? { IfNoneMatch: conditions.ifNoneMatch } : {}),
+          }),
+          { abortSignal },
+        ),
       );
       return { outcome: "written", etag: out.ETag ?? "" };
     } catch (e) {
