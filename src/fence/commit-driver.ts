@@ -200,7 +200,17 @@ async function runSwaps<S>(
     // Nothing was sent yet: a client that went away is refused. Once sent, a commit is seen
     // through whatever the client does: its outcome is what gets recorded.
     if (attempt === 1 && commit?.signal.aborted) throw abandoned();
-    let answer: SwapAnswer = await port.swap(ref, observed, next, { attempt, op: spec.op });
+    // A send that throws certainly did nothing; but once an earlier send's answer was lost, the
+    // write's outcome stays unknown whatever this one says.
+    const send = async (): Promise<SwapAnswer> => {
+      try {
+        return await port.swap(ref, observed, next, { attempt, op: spec.op });
+      } catch (e) {
+        if (uncertain === null) throw e;
+        throw new OutcomeUnknownError(ref, writeId, uncertain, port, e);
+      }
+    };
+    let answer = await send();
     for (let sends = 1; ; sends++) {
       if (answer.outcome === "swapped") {
         await landedOver(port, ref, observed, next);
@@ -232,12 +242,7 @@ async function runSwaps<S>(
       if (answer.outcome === "lost") break;
       // Unknown and unchanged: it may still arrive. The same request again: at most one lands.
       if (sends >= MAX_SENDS) throw new OutcomeUnknownError(ref, writeId, observed, port, answer.error);
-      try {
-        answer = await port.swap(ref, observed, next, { attempt, op: spec.op });
-      } catch (e) {
-        // This send certainly did nothing, but the one before may have landed.
-        throw new OutcomeUnknownError(ref, writeId, observed, port, e);
-      }
+      answer = await send();
     }
     await backoff(attempt);
   }
