@@ -16,7 +16,6 @@ import {
 } from "../../fence/commit-port.js";
 import type { Checksums, ObjectHeaders } from "../storage-backend.js";
 import { azureStatus, isContainerNotFound, isInvalidBlockList, isLostRace } from "./azure-errors.js";
-import type { AzureMultipartStore } from "./azure-multipart.js";
 import { type AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
 import {
   type BlobView,
@@ -70,7 +69,8 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
 
   constructor(
     private readonly store: AzureStore,
-    private readonly uploads: () => AzureMultipartStore,
+    /** The multipart store's removal of a bucket's uploads (azure-multipart.ts). */
+    private readonly uploads: () => { removeAll(bucket: string): Promise<void> },
     private readonly empty: (bucket: string) => Promise<boolean>,
   ) {}
 
