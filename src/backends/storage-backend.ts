@@ -257,6 +257,11 @@ export interface MultipartStore {
   completeUpload(input: CompleteUploadInput, commit: FencedCommit): Promise<PutObjectResult>;
   /** Removes the upload and its parts. NoSuchUpload. */
   abortUpload(ref: UploadRef): Promise<void>;
+  /**
+   * The ETag of the live object when completing this upload made it (a completion retried after
+   * its answer was lost, the upload gone since): null otherwise. NoSuchBucket.
+   */
+  completedBy(ref: UploadRef): Promise<string | null>;
   listParts(input: ListPartsInput): Promise<ListPartsResult>;
   listUploads(input: ListUploadsInput): Promise<ListUploadsResult>;
 }

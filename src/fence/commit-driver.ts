@@ -207,7 +207,7 @@ async function runSwaps<S>(
         return await port.swap(ref, observed, next, { attempt, op: spec.op });
       } catch (e) {
         if (uncertain === null) throw e;
-        throw new OutcomeUnknownError(ref, writeId, uncertain, port, e);
+        throw unknownSwap(ref, writeId, uncertain, port, e);
       }
     };
     let answer = await send();
@@ -231,7 +231,7 @@ async function runSwaps<S>(
       if (now.version !== observed.version) {
         // Moved on: this write's sends were conditioned on a state that is gone for good.
         if (uncertain !== null && !successorKnown(now, uncertain)) {
-          throw new OutcomeUnknownError(ref, writeId, uncertain, port, answerError(answer));
+          throw unknownSwap(ref, writeId, uncertain, port, answerError(answer));
         }
         uncertain = null;
         observed = now;
@@ -241,7 +241,7 @@ async function runSwaps<S>(
       // Unchanged. A lost race with the state unchanged is S3's transient 409: decide again.
       if (answer.outcome === "lost") break;
       // Unknown and unchanged: it may still arrive. The same request again: at most one lands.
-      if (sends >= MAX_SENDS) throw new OutcomeUnknownError(ref, writeId, observed, port, answer.error);
+      if (sends >= MAX_SENDS) throw unknownSwap(ref, writeId, observed, port, answer.error);
       answer = await send();
     }
     await backoff(attempt);
@@ -266,7 +266,7 @@ async function readAfter<S>(
     return await port.read(ref, opts);
   } catch (e) {
     if (uncertain === null) throw e;
-    throw new OutcomeUnknownError(ref, writeId, uncertain, port, answerError(answer) ?? e);
+    throw unknownSwap(ref, writeId, uncertain, port, answerError(answer) ?? e);
   }
 }
 
@@ -303,59 +303,74 @@ export type Settled = "landed" | "not-landed";
 
 /**
  * A write that was sent and whose outcome could not be learnt in time. Answered as unknown (503
- * with `x-fence-outcome: unknown`, never as refused). `settle()` learns the outcome: it reads the
- * state; the write's id in its history means it landed; a newer state that shows another write
- * after the one this write was conditioned on means it never landed; the state unchanged means
- * the request may still arrive, so the same state is written again under a new write id (a
- * touch), after which it cannot land. It throws while the store cannot tell (unreachable, or the
- * history no longer reaches back): call it again later.
+ * with `x-fence-outcome: unknown`, never as refused). `settle()` learns the outcome, and makes
+ * sure that a request still on its way can no longer land; it throws while the store cannot tell
+ * (unreachable): call it again later.
  */
 export class OutcomeUnknownError extends DomainError {
-  // Private fields: never serialized with the error (logs).
-  readonly #basis: Observed;
-  readonly #port: CasPort<unknown>;
+  // A private field: never serialized with the error (logs).
+  readonly #settle: () => Promise<Settled>;
 
   constructor(
     readonly ref: ObjectRef,
-    readonly writeId: string,
-    basis: Observed,
-    port: CasPort<unknown>,
+    settle: () => Promise<Settled>,
     cause: unknown,
+    what = `the commit of ${ref.bucket}/${ref.key}`,
   ) {
     super(
       "ServiceUnavailable",
-      `the store did not answer the commit of ${ref.bucket}/${ref.key} in time: the write may or may not have landed; the gateway will learn which and record it (${describe(cause)})`,
+      `the store did not answer ${what} in time: the write may or may not have landed; the gateway will learn which and record it (${describe(cause)})`,
       { outcome: "unknown" },
       { cause },
     );
-    this.#basis = basis;
-    this.#port = port;
+    this.#settle = settle;
   }
 
-  async settle(): Promise<Settled> {
-    for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
-      const now = await this.#port.read(this.ref, { attempt, etag: false });
-      if (now.writes.includes(this.writeId)) return "landed";
-      if (now.version !== this.#basis.version) {
-        if (successorKnown(now, this.#basis)) return "not-landed";
-        throw new Error(
-          `the history of ${this.ref.bucket}/${this.ref.key} no longer reaches back to write ${this.writeId}`,
-        );
-      }
-      // Still the state the write named: a touch over it, and the write can never land.
-      const touched = await this.#port.swap(
-        this.ref,
-        now,
-        { kind: "keep", hct: now.hct, writeId: newWriteId() },
-        { attempt, op: "touch" },
-      );
-      if (touched.outcome === "swapped") return "not-landed";
-      // Lost (the write, or another, landed meanwhile) or unknown: look again.
-    }
-    throw new Error(
-      `the outcome of write ${this.writeId} to ${this.ref.bucket}/${this.ref.key} stays unknown`,
-    );
+  settle(): Promise<Settled> {
+    return this.#settle();
   }
+}
+
+/** The outcome of a conditional write to an object's state that was sent and never answered. */
+function unknownSwap<S>(
+  ref: ObjectRef,
+  writeId: string,
+  basis: Observed,
+  port: CasPort<S>,
+  cause: unknown,
+): OutcomeUnknownError {
+  return new OutcomeUnknownError(ref, () => settleSwap(ref, writeId, basis, port), cause);
+}
+
+/**
+ * Learns a lost conditional write's outcome: the state's history holds its id (landed); a newer
+ * state whose history shows another write after the one it was conditioned on (never landed, and
+ * never will); the state unchanged (it may still arrive): the same state is written again under
+ * a new write id (a touch), after which it cannot land.
+ */
+async function settleSwap<S>(
+  ref: ObjectRef,
+  writeId: string,
+  basis: Observed,
+  port: CasPort<S>,
+): Promise<Settled> {
+  for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
+    const now = await port.read(ref, { attempt, etag: false });
+    if (now.writes.includes(writeId)) return "landed";
+    if (now.version !== basis.version) {
+      if (successorKnown(now, basis)) return "not-landed";
+      throw new Error(`the history of ${ref.bucket}/${ref.key} no longer reaches back to write ${writeId}`);
+    }
+    const touched = await port.swap(
+      ref,
+      now,
+      { kind: "keep", hct: now.hct, writeId: newWriteId() },
+      { attempt, op: "touch" },
+    );
+    if (touched.outcome === "swapped") return "not-landed";
+    // Lost (the write, or another, landed meanwhile) or unknown: look again.
+  }
+  throw new Error(`the outcome of write ${writeId} to ${ref.bucket}/${ref.key} stays unknown`);
 }
 
 const describe = (e: unknown) => (e instanceof Error ? `${e.name}: ${e.message}` : String(e));

@@ -111,6 +111,12 @@ export class AzureMultipartStore implements MultipartStore {
     return { uploadId, highestToken };
   }
 
+  async completedBy(ref: UploadRef): Promise<string | null> {
+    this.assertOpen();
+    const view = await this.store.readView(ref.bucket, ref.key);
+    return view.live && view.state?.u === ref.uploadId ? view.s3Etag : null;
+  }
+
   async getUpload(ref: UploadRef): Promise<MultipartUpload> {
     this.assertOpen();
     return (await this.requireUpload(ref)).upload;
@@ -190,6 +196,7 @@ export class AzureMultipartStore implements MultipartStore {
     const blob = await this.store.blob(input.bucket, input.key);
     const version: AzureVersion = {
       staged: { kind: "blocks", blockIds: [], size },
+      upload: input.uploadId,
       etag,
       headers: upload.metadata.headers,
       userMetadata: upload.metadata.userMetadata,

@@ -35,6 +35,8 @@ export type StoredState = {
   w?: string;
   /** The ids of the writes before it, oldest first (with `w`, at most WRITE_HISTORY). */
   h?: string[];
+  /** The multipart upload whose completion made it (a retried completion is answered again). */
+  u?: string;
 };
 
 /** What the gateway sees of the blob at an object's name. */
@@ -187,6 +189,7 @@ export function liveState(
   checksums: Checksums | undefined,
   writeId?: string,
   history?: string[],
+  upload?: string,
 ): StoredState {
   return {
     v: 1,
@@ -194,6 +197,7 @@ export function liveState(
     etag,
     ...(writeId ? { w: writeId } : {}),
     ...(history && history.length > 0 ? { h: history } : {}),
+    ...(upload ? { u: upload } : {}),
     ...(Object.keys(headers).length > 0 ? { headers } : {}),
     ...(Object.keys(meta).length > 0 ? { meta } : {}),
     ...(checksums && Object.keys(checksums).length > 0 ? { checksums } : {}),

@@ -54,6 +54,8 @@ export type AzureVersion = {
   headers: ObjectHeaders;
   userMetadata: Record<string, string>;
   checksums?: Checksums;
+  /** The multipart upload it completes. */
+  upload?: string;
   /** Set when a concurrent commit discarded the staged blocks. */
   blocksLost?: boolean;
   /** Stages the bytes again after that (a completion can, its parts are still there). */
@@ -105,7 +107,16 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
           if (next.kind === "put") {
             const v = next.version;
             const metadata = encodeState(
-              liveState(next.hct, v.etag, v.headers, v.userMetadata, v.checksums, next.writeId, history),
+              liveState(
+                next.hct,
+                v.etag,
+                v.headers,
+                v.userMetadata,
+                v.checksums,
+                next.writeId,
+                history,
+                v.upload,
+              ),
             );
             const blobHTTPHeaders = blobHeadersOf(v.headers, v.contentMd5);
             return v.staged.kind === "buffer"

@@ -74,8 +74,11 @@ export type ReadRow = LiveRow & { inline_data: Buffer | null };
 
 export type ListRow = { key: string; size: number; etag: string; last_modified: number };
 
-/** The stored form of an object's metadata (the `metadata` column, JSON). */
-export type StoredMetadata = ObjectMetadata & { checksums?: Checksums };
+/**
+ * The stored form of an object's metadata (the `metadata` column, JSON); `upload`: the multipart
+ * upload whose completion made the object.
+ */
+export type StoredMetadata = ObjectMetadata & { checksums?: Checksums; upload?: string };
 
 /** Where a committed body is: a blob file, or the bytes themselves (stored in fs_bodies). */
 export type BodyRef = { blob: string; inline?: undefined } | { inline: Buffer; blob?: undefined };
@@ -201,6 +204,12 @@ export class FsMetadataStore {
     if (!row) throw noSuchBucket(bucket);
     if (row.key === null || row.key === undefined || row.deleted !== 0) throw noSuchKey(bucket, key);
     return row as ReadRow;
+  }
+
+  /** A live object's row, or null (whatever the bucket). */
+  currentLive(bucket: string, key: string): LiveRow | null {
+    const row = this.stmts.row.get(bucket, key);
+    return isLive(row) ? (row as LiveRow) : null;
   }
 
   /** The blob a live object currently points at, or null. */

@@ -24,7 +24,7 @@ import type {
   UploadRef,
 } from "../storage-backend.js";
 import type { BlobStore } from "./blob-store.js";
-import type { FsMetadataStore, FsVersion } from "./metadata-store.js";
+import type { FsMetadataStore, FsVersion, StoredMetadata } from "./metadata-store.js";
 import { type FsMultipartMetadata, type PartRow, toUpload } from "./multipart-metadata.js";
 import type { FsObjectPort } from "./object-port.js";
 
@@ -135,7 +135,7 @@ export class FsMultipartStore implements MultipartStore {
       size: blob.size,
       etag,
       lastModified,
-      metadata: upload.metadata,
+      metadata: { ...upload.metadata, upload: upload.uploadId },
       // In the commit's step: the upload and the parts assembled are still there, and go.
       inStep: () => {
         partBlobs = this.rows.completeInStep(
@@ -153,6 +153,13 @@ export class FsMultipartStore implements MultipartStore {
       highestToken,
       checksums: {},
     };
+  }
+
+  async completedBy(ref: UploadRef): Promise<string | null> {
+    this.opts.assertOpen();
+    const row = this.objects.currentLive(ref.bucket, ref.key);
+    if (!row) return null;
+    return (JSON.parse(row.metadata) as StoredMetadata).upload === ref.uploadId ? row.etag : null;
   }
 
   async abortUpload(ref: UploadRef): Promise<void> {

@@ -113,7 +113,7 @@ export class MemoryMultipartStore implements MultipartStore {
       size: bytes.length,
       etag,
       lastModified,
-      metadata: structuredClone(upload.metadata),
+      metadata: { ...structuredClone(upload.metadata), upload: upload.uploadId },
       // In the commit's step: the upload and the parts assembled are still there, and go.
       inStep: () => this.uploads.completeInStep(input, used),
     };
@@ -125,6 +125,12 @@ export class MemoryMultipartStore implements MultipartStore {
       highestToken,
       checksums: {},
     };
+  }
+
+  async completedBy(ref: UploadRef): Promise<string | null> {
+    this.opts.assertOpen();
+    const live = this.objects.liveOrNull(ref.bucket, ref.key);
+    return live?.metadata.upload === ref.uploadId ? live.etag : null;
   }
 
   async abortUpload(ref: UploadRef): Promise<void> {

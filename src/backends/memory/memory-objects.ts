@@ -7,8 +7,11 @@ import { noSuchBucket, noSuchKey } from "./errors.js";
 import { seekSorted } from "./sorted-seek.js";
 import { change } from "./undoable.js";
 
-/** An object's metadata as stored: the writer's, and the checksums its body was verified with. */
-export type StoredMetadata = ObjectMetadata & { checksums?: Checksums };
+/**
+ * An object's metadata as stored: the writer's, the checksums its body was verified with, and the
+ * multipart upload whose completion made it.
+ */
+export type StoredMetadata = ObjectMetadata & { checksums?: Checksums; upload?: string };
 
 /** One version of an object. Never modified: an overwrite stores a new one. */
 export type LiveObject = {
@@ -82,6 +85,11 @@ export class MemoryObjects {
     const live = this.current(bucket, key)?.live;
     if (!live) throw noSuchKey(bucket, key);
     return live;
+  }
+
+  /** The live version of an object, or null (whatever the bucket). */
+  liveOrNull(bucket: string, key: string): LiveObject | null {
+    return this.objects.get(bucket)?.get(key)?.live ?? null;
   }
 
   /** Also answers for a bucket that no longer exists. */

@@ -310,6 +310,11 @@ class RoutedMultipart implements MultipartStore {
     return store.abortUpload(input);
   }
 
+  async completedBy(ref: UploadRef) {
+    const { store, input } = this.ref(ref);
+    return store.completedBy(input);
+  }
+
   async listParts(list: ListPartsInput) {
     const { store, input, route } = this.ref(list);
     const result = await store.listParts(input);

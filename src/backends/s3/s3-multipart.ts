@@ -1,5 +1,5 @@
 import { DomainError } from "../../core/errors.js";
-import { runCommit } from "../../fence/commit-driver.js";
+import { OutcomeUnknownError, runCommit } from "../../fence/commit-driver.js";
 import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import {
@@ -23,7 +23,7 @@ import { writeBlob } from "./blob-writer.js";
 import type { S3Context } from "./context.js";
 import { BLOB_META, encodeKey, newUploadId } from "./layout.js";
 import type { S3ObjectPort } from "./object-port.js";
-import type { LiveVersion } from "./records.js";
+import { type LiveVersion, liveOf } from "./records.js";
 import type { UploadStore } from "./upload-store.js";
 import { type PartManifest, toPartInfo, toUpload, type UploadManifest } from "./uploads.js";
 
@@ -110,17 +110,18 @@ export class S3MultipartStore implements MultipartStore {
       await this.ctx.gate.require(bucket);
       ({ highestToken } = await runCommit(this.port, { bucket, key }, { op: "check" }, commit));
       await this.uploads.require(input); // aborted or completed meanwhile: NoSuchUpload
-      replaced = await this.uploads.part(bucket, uploadId, partNumber);
-      await this.uploads.putPart(bucket, uploadId, {
-        v: 1,
+      const manifest = {
+        v: 1 as const,
         partNumber,
         blob,
         md5: stored.md5Hex,
         size: stored.size,
         lastModified,
-      });
+      };
+      replaced = await this.uploads.putPart(bucket, uploadId, manifest, key);
     } catch (e) {
-      await this.ctx.removeBlob(bucket, blob);
+      // A part whose outcome is unknown may be recorded: its blob stays (the collector decides).
+      if (!(e instanceof OutcomeUnknownError)) await this.ctx.removeBlob(bucket, blob);
       throw e;
     }
     if (replaced && replaced.blob !== blob) await this.ctx.removeBlob(bucket, replaced.blob);
@@ -189,6 +190,12 @@ export class S3MultipartStore implements MultipartStore {
       highestToken,
       checksums: {},
     };
+  }
+
+  async completedBy(ref: UploadRef): Promise<string | null> {
+    this.ctx.assertOpen();
+    const live = liveOf((await this.ctx.records.read(ref.bucket, ref.key))?.record ?? null);
+    return live?.upload === ref.uploadId ? live.etag : null;
   }
 
   async abortUpload(ref: UploadRef): Promise<void> {

@@ -173,10 +173,12 @@ function completionAnswer(
 }
 
 /**
- * A retried completion of an upload this gateway completed lately: the same answer again, when
- * the retry lists the same parts (their multipart ETag is the one the completion produced) and
- * the object is still that result. Nothing is written; the original completion was the decision
- * and is in the audit log. Anything else is S3's NoSuchUpload.
+ * A retried completion of an upload that is gone because it was completed: the same answer
+ * again, when the retry lists the same parts (their multipart ETag is the one the completion
+ * produced) and the object is still that result. This gateway remembers the completions it made
+ * lately; after a restart, or on another replica, the object itself says which upload made it
+ * (a completion whose answer was lost, retried later). Nothing is written; the original
+ * completion was the decision and is in the audit log. Anything else is S3's NoSuchUpload.
  */
 async function replayedCompletion(
   req: S3Request,
@@ -185,8 +187,15 @@ async function replayedCompletion(
 ): Promise<S3Response | undefined> {
   const uploadId = uploadIdOf(req);
   const { bucket, key } = objectTarget(req);
-  const completed = completions?.recall(uploadId);
-  if (!completed || completed.bucket !== bucket || completed.key !== key) return undefined;
+  const remembered = completions?.recall(uploadId);
+  const completed =
+    remembered && remembered.bucket === bucket && remembered.key === key
+      ? remembered
+      : await backend.multipart.completedBy({ bucket, key, uploadId }).then(
+          (etag) => (etag === null ? undefined : { bucket, key, etag, token: null }),
+          () => undefined,
+        );
+  if (!completed) return undefined;
   const parts = parseCompleteBody(
     await readBounded(req.decodeBody({ objectChecksums: false }).stream, MAX_COMPLETE_BODY),
   );
