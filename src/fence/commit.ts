@@ -5,14 +5,15 @@ import type { EarlyState } from "./commit-port.js";
 /**
  * The commit contract: what the fencing core hands a storage backend for every write that
  * changes state (PutObject, CopyObject, DeleteObject, CompleteMultipartUpload, and the two
- * multipart steps that change nothing visible: CreateMultipartUpload, UploadPart).
+ * multipart steps that change nothing visible: CreateMultipartUpload, UploadPart). The backend
+ * stages the write's bytes and runs the commit through the one commit driver (commit-driver.ts)
+ * over its port (commit-port.ts), which applies `fence` to the object's highest committed token
+ * (HCT) with `applyFence`, checks `conditions` against the current object, calls `atomic` inside
+ * a step backend's step, and only then makes the change. A refused commit changes nothing
+ * (contract rule 5); a commit whose answer was lost is unknown, never refused.
  *
- * The backend owns one atomic step per commit (a database transaction, or a conditional write
- * on the store). Inside it, it applies `fence` to the object's highest committed token (HCT)
- * with `applyFence`, checks `conditions` against the current object, calls `atomic` when it has
- * a domain, and only then makes the change. A refused commit changes nothing (contract rule 5).
- *
- *   body stored and verified → prepare() → [ atomic step: HCT rule, conditions, atomic(), change ]
+ *   body staged and verified → prepare() → [ one step, or one conditional write: HCT rule,
+ *                                            conditions, atomic(), the change ]
  *
  * Rule 4 (the lease is still current) is checked atomically with the commit in one of two ways,
  * decided by the fencing core from the components' domains:
@@ -22,7 +23,8 @@ import type { EarlyState } from "./commit-port.js";
  *   in the lease store in the same atomic operation that checks the lease. A grant on an
  *   overlapping resource first raises the HCT of every object with an intent of an ended lease
  *   (StorageBackend.raiseHighestToken), so a commit that paused after `prepare` finds the HCT
- *   above its token in its conditional step and is refused.
+ *   above its token in its conditional step and is refused. An intent stays until its commit's
+ *   outcome is known (fence/outcomes.ts).
  */
 
 /**
