@@ -88,4 +88,22 @@ describe.each(FAULTY_STORES)("DeleteBucket racing a write on $name", ({ start })
     // Both orders happened: the test exercised the race, not one side of it.
     expect(new Set(outcomes).size, outcomes.join(" ")).toBeGreaterThan(1);
   }, 180_000);
+
+  it("a commit held after its checks can never land once the deletion is acknowledged", async () => {
+    const bucket = newBucket(store);
+    await createBucket(gw, bucket);
+    const lease = await gw.leases.acquire({ bucket, key: "k", ttlMs: 60_000 });
+    // The write has read its object and the bucket's state; its conditional write waits.
+    const held = store.proxy.on(store.commit(bucket, "k"), { kind: "hold" });
+    const writing = put(gw, bucket, "k", "held", lease.fencingToken);
+    await held.reached;
+    const deleted = await signedRequest(gw.url, { method: "DELETE", path: `/${bucket}` });
+    held.release();
+    const written = await writing;
+    // Deleted: the write was refused (it never landed), and the bucket holds nothing of it.
+    expect(deleted.status).toBe(204);
+    expect(written.status).not.toBe(200);
+    await createBucket(gw, bucket);
+    expect(await read(gw, bucket, "k")).toBeNull();
+  });
 });

@@ -20,9 +20,13 @@ export type Answer = {
 export function gatewayOn(
   store: FaultyStore,
   backend: Record<string, unknown> = {},
-  env: Record<string, string> = {},
+  opts: { env?: Record<string, string>; dataDir?: string } = {},
 ) {
-  return startTestGateway({ overrides: { backend: store.backend(backend) }, env });
+  return startTestGateway({
+    overrides: { backend: store.backend(backend) },
+    ...(opts.env ? { env: opts.env } : {}),
+    ...(opts.dataDir ? { dataDir: opts.dataDir } : {}),
+  });
 }
 
 export const newBucket = (store: FaultyStore) => `fg-${store.name}-${randomUUID().slice(0, 8)}`;

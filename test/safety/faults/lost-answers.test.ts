@@ -2,7 +2,7 @@
 // whose answer never came is never answered as refused, its audit record says "unknown" until
 // the gateway has learnt the outcome, and a late commit never lands after a newer lease's grant.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { TestGateway } from "../../support/gateway.js";
+import { type TestGateway, tempDir } from "../../support/gateway.js";
 import { sleep, waitFor } from "../../support/wait.js";
 import {
   createBucket,
@@ -51,14 +51,9 @@ describe.each(FAULTY_STORES)("lost and late answers on $name", ({ start }) => {
   it("a commit that never gets through is answered 503 unknown, and its outcome is recorded once learnt", async () => {
     const bucket = newBucket(store);
     await createBucket(gw, bucket);
-    await put(
-      gw,
-      bucket,
-      "k",
-      "before",
-      (await gw.leases.acquire({ bucket, key: "k", ttlMs: 500 })).fencingToken,
-    );
-    await sleep(600);
+    const earlier = await gw.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+    expect((await put(gw, bucket, "k", "before", earlier.fencingToken)).status).toBe(200);
+    await gw.leases.release(earlier.leaseId);
     const lease = await gw.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
     // Every send of the commit is lost on the way (the store never sees it).
     const lost = store.proxy.on(store.commit(bucket, "k"), { kind: "reset" }, { times: Infinity });
@@ -162,4 +157,49 @@ describe.each(FAULTY_STORES)("lost and late answers on $name", ({ start }) => {
     const records = await settledRecords(gw, bucket, answer.requestId);
     expect(records.at(-1)!.decision).toBe("accepted");
   });
+
+  it("a commit whose gateway stopped before learning its outcome is fenced by the next grant", async () => {
+    const dataDir = tempDir();
+    let first: TestGateway | undefined = await gatewayOn(
+      store,
+      { requestTimeoutMs: 1_000 },
+      { dataDir: dataDir.path },
+    );
+    try {
+      const bucket = newBucket(store);
+      await createBucket(first, bucket);
+      const a = await first.leases.acquire({ bucket, key: "k", ttlMs: 1_500 });
+      expect((await put(first, bucket, "k", "v1", a.fencingToken)).status).toBe(200);
+      const late = store.proxy.on(store.commit(bucket, "k"), { kind: "hold" }, { times: 3 });
+      // The gateway cannot look at the object any more: it never learns the outcome.
+      const blind = late.reached.then(() =>
+        store.proxy.on(store.stateRead(bucket, "k"), { kind: "reset" }, { times: Infinity }),
+      );
+      const answer = await put(first, bucket, "k", "late A", a.fencingToken);
+      expect(answer).toMatchObject({ status: 503, outcome: "unknown" });
+      await first.stop();
+      first = undefined;
+      (await blind).cancel();
+      // Another gateway on the same lease store: B's grant must fence A's commit first.
+      const second = await gatewayOn(store, { requestTimeoutMs: 1_000 }, { dataDir: dataDir.path });
+      try {
+        await sleep(1_600);
+        const b = await second.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+        const seenByB = await read(second, bucket, "k");
+        const sent = late.count;
+        late.release();
+        await waitFor(
+          () => store.proxy.seen.filter((x) => x.action === "hold" && x.status !== undefined).length >= sent,
+          { what: "the late sends to reach the store", timeoutMs: 20_000 },
+        );
+        expect(await read(second, bucket, "k")).toBe(seenByB);
+        expect((await put(second, bucket, "k", "B", b.fencingToken)).status).toBe(200);
+      } finally {
+        await second.stop();
+      }
+    } finally {
+      await first?.stop();
+      dataDir.cleanup();
+    }
+  }, 60_000);
 });
