@@ -115,7 +115,7 @@ export function describeCrashRestart(
           for (;;) {
             let lease: Lease;
             try {
-              lease = await leaseClient.acquire({ bucket: BUCKET, key, ttlMs: 10_000, owner: key });
+              lease = await leaseClient.acquire({ bucket: BUCKET, key, ttlMs: 30_000, owner: key });
             } catch (err) {
               if (isConnectionError(err)) return;
               httpErrors.push(`acquire ${key}: ${(err as Error).message}`);
