@@ -119,17 +119,28 @@ export function resolveOptions(options: AzureBackendOptions): ResolvedAzureOptio
 
 /**
  * The SDK retries transient failures (network errors, 500, 503) a few times, quickly, inside our
- * own deadline: an unreachable endpoint fails within a second. Every retried call is safe to
- * repeat: reads, staged blocks under fixed ids, and conditional commits (a repeated commit that
- * finds its own write refuses with a conflict, and the commit loop re-reads).
+ * own deadline: an unreachable endpoint fails within a second. Reads and staged blocks under fixed
+ * ids are safe to repeat.
  */
 const PIPELINE: StoragePipelineOptions = {
   retryOptions: { maxTries: 3, retryDelayInMs: 100, maxRetryDelayInMs: 800 },
   userAgentOptions: { userAgentPrefix: `fencegate/${VERSION}` },
 };
 
+/**
+ * Conditional writes (commits, the bucket's marker) are sent once: a retry by the SDK after a lost
+ * answer would be refused with 412 (the first attempt changed the ETag) and taken for a lost race,
+ * although the write landed. The commit driver reads the state again itself.
+ */
+const ONCE: StoragePipelineOptions = {
+  retryOptions: { maxTries: 1 },
+  userAgentOptions: { userAgentPrefix: `fencegate/${VERSION}` },
+};
+
 export type AzureClient = {
   service: BlobServiceClient;
+  /** The same account, for conditional writes: no retry inside the SDK (ONCE). */
+  once: BlobServiceClient;
   /** Present with shared key auth: can sign SAS URLs (the source of Stage Block From URL). */
   sharedKey?: StorageSharedKeyCredential;
   /** Present with a SAS token: appended to source URLs. */
@@ -138,11 +149,14 @@ export type AzureClient = {
 
 export async function createClient(options: AzureBackendOptions): Promise<AzureClient> {
   if (options.connectionString !== undefined) {
-    const service = BlobServiceClient.fromConnectionString(options.connectionString, PIPELINE);
+    const connectionString = options.connectionString;
+    const service = BlobServiceClient.fromConnectionString(connectionString, PIPELINE);
+    const once = BlobServiceClient.fromConnectionString(connectionString, ONCE);
     const credential = service.credential;
-    const sas = /(?:^|;)SharedAccessSignature=([^;]+)/i.exec(options.connectionString)?.[1];
+    const sas = /(?:^|;)SharedAccessSignature=([^;]+)/i.exec(connectionString)?.[1];
     return {
       service,
+      once,
       ...(credential instanceof StorageSharedKeyCredential ? { sharedKey: credential } : {}),
       ...(sas ? { sasToken: sas } : {}),
     };
@@ -151,18 +165,27 @@ export async function createClient(options: AzureBackendOptions): Promise<AzureC
   if (options.accountKey !== undefined) {
     const accountName = options.accountName ?? new URL(accountUrl).hostname.split(".")[0]!;
     const sharedKey = new StorageSharedKeyCredential(accountName, options.accountKey);
-    return { service: new BlobServiceClient(accountUrl, sharedKey, PIPELINE), sharedKey };
+    return {
+      service: new BlobServiceClient(accountUrl, sharedKey, PIPELINE),
+      once: new BlobServiceClient(accountUrl, sharedKey, ONCE),
+      sharedKey,
+    };
   }
   if (options.sasToken !== undefined) {
     const sasToken = options.sasToken.replace(/^\?/, "");
+    const url = `${accountUrl}?${sasToken}`;
     return {
-      service: new BlobServiceClient(`${accountUrl}?${sasToken}`, new AnonymousCredential(), PIPELINE),
+      service: new BlobServiceClient(url, new AnonymousCredential(), PIPELINE),
+      once: new BlobServiceClient(url, new AnonymousCredential(), ONCE),
       sasToken,
     };
   }
   if (options.defaultCredential) {
     const credential = await loadDefaultCredential();
-    return { service: new BlobServiceClient(accountUrl, credential, PIPELINE) };
+    return {
+      service: new BlobServiceClient(accountUrl, credential, PIPELINE),
+      once: new BlobServiceClient(accountUrl, credential, ONCE),
+    };
   }
   throw new Error("the azure backend needs credentials: accountKey, sasToken or defaultCredential");
 }

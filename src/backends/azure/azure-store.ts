@@ -58,6 +58,11 @@ export class AzureStore {
     return (await this.container(bucket)).getBlockBlobClient(name);
   }
 
+  /** The blob for a conditional write: a client that sends it once (see ONCE in azure-options.ts). */
+  async blobOnce(bucket: string, name: string): Promise<BlockBlobClient> {
+    return (await this.client).once.getContainerClient(bucket).getBlockBlobClient(name);
+  }
+
   async hook(step: AzureHookStep, at: AzureHookContext): Promise<void> {
     if (this.opts.hooks) await this.opts.hooks(step, at);
   }

@@ -95,7 +95,7 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
     const view = from.raw as BlobView;
     const at = { op: hookOp(opts.op), ...ref };
     await this.store.hook("before-commit", at);
-    const blob = await this.store.blob(ref.bucket, ref.key);
+    const blob = await this.store.blobOnce(ref.bucket, ref.key);
     const conditions = from.version === null ? { ifNoneMatch: "*" } : { ifMatch: from.version };
     const history = [...from.writes].slice(-(WRITE_HISTORY - 1));
     let answer: { lastModified?: Date };
@@ -189,7 +189,7 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
   }
 
   async setBucketState(bucket: string, from: BucketMarker, phase: BucketPhase): Promise<BucketMarker | null> {
-    const blob = await this.store.blob(bucket, this.markerName());
+    const blob = await this.store.blobOnce(bucket, this.markerName());
     const since = this.store.opts.clock();
     const conditions = from.version === null ? { ifNoneMatch: "*" } : { ifMatch: from.version };
     let etag: string | undefined;
