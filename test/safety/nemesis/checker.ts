@@ -7,9 +7,11 @@
  * - rule 1, tokens: no token granted twice (the audit's grants, and the grants clients received);
  *   grants rise along the audit log, on the whole and per replica; a grant received after
  *   another was received has a higher token (real time, whatever Redis went through);
- * - rules 2 and 3, per object: the accepted writes, in the order of their first audit record,
- *   never go back in token; an accepted write invoked after another accepted write completed has
- *   a token at least as high; what reads returned never goes back in token;
+ * - rules 2 and 3, per object: an accepted write invoked after another accepted write completed
+ *   has a token at least as high; what reads returned never goes back in token; and the accepted
+ *   writes, in the order of their first audit record, never go back in token (the log is in commit
+ *   order: reported apart, as "audit-order", since the log's order is all that says it);
+ * - rule 4: no write is accepted that began after its key was granted to a newer lease;
  * - rule 7: every acknowledged write (200, 204) is the object's final content, or an accepted
  *   write or delete that may have come after it (a higher token; the same token, not completed
  *   before it began) replaced it; the final content is the body of the last accepted write, or
@@ -32,8 +34,12 @@ export type ViolationRule =
   | "token-reused"
   /** Rule 1: a grant with a token not above an earlier grant's. */
   | "token-backwards"
-  /** Rules 2 and 3: an object's accepted writes (or what reads saw) went back in token. */
+  /** Rules 2 and 3: an object's accepted writes (or what reads saw) went back in token, in real time. */
   | "hct-backwards"
+  /** The audit log's accepted writes of an object go back in token: the log is not in commit order. */
+  | "audit-order"
+  /** Rule 4: a write accepted although its key had been granted to a newer lease before it began. */
+  | "stale-accepted"
   /** Rule 7: an acknowledged write or delete is gone although nothing could have replaced it. */
   | "lost-write"
   /** The final content is not what the last accepted write left. */
@@ -270,8 +276,8 @@ export function checkHistory(input: CheckInput): CheckResult {
       if (w.token === null) continue;
       if (highest && w.token < highest.token!) {
         report(
-          "hct-backwards",
-          `${key}: accepted ${w.kind} with token ${w.token} (first recorded at seq ${w.first}) after accepted ${highest.kind} with token ${highest.token} (seq ${highest.first})`,
+          "audit-order",
+          `${key}: the audit log has accepted ${w.kind} with token ${w.token} (first recorded at seq ${w.first}) after accepted ${highest.kind} with token ${highest.token} (seq ${highest.first})`,
           [highest.op, w.op],
           [...highest.records, ...w.records],
         );
@@ -295,6 +301,32 @@ export function checkHistory(input: CheckInput): CheckResult {
           `${key}: accepted ${w.kind} with token ${w.token} began after accepted ${before.kind} with token ${before.token} had completed`,
           [before.op, w.op],
           [...before.records, ...w.records],
+        );
+      }
+    }
+  }
+  // Rule 4: no write accepted that began after its key was granted to a newer lease.
+  const grantsByKey = new Map<string, Op[]>();
+  for (const a of history) {
+    if (a.kind !== "acquire" || a.type !== "ok" || a.token === null) continue;
+    grantsByKey.set(a.key, [...(grantsByKey.get(a.key) ?? []), a]);
+  }
+  for (const [key, list] of acceptedByKey) {
+    const grantsDone = (grantsByKey.get(key) ?? []).sort((a, b) => a.completedAt! - b.completedAt!);
+    const byStart = list.filter((w) => w.op !== undefined).sort((a, b) => a.op!.invokedAt - b.op!.invokedAt);
+    let i = 0;
+    let newest: Op | undefined;
+    for (const w of byStart) {
+      while (i < grantsDone.length && grantsDone[i]!.completedAt! < w.op!.invokedAt) {
+        const g = grantsDone[i++]!;
+        if (!newest || g.token! > newest.token!) newest = g;
+      }
+      if (newest && w.token !== null && newest.token! > w.token) {
+        report(
+          "stale-accepted",
+          `${key}: ${w.kind} with token ${w.token} was accepted although it began after the key was granted with token ${newest.token}`,
+          [newest, w.op],
+          w.records,
         );
       }
     }
