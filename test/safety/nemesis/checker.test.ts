@@ -57,8 +57,8 @@ class Scenario {
     });
   }
 
-  /** Appends a record for an existing request (a settled outcome, later). */
-  settle(op: Op, decision: "accepted" | "rejected"): void {
+  /** Appends a record for an existing request (recorded late, or a settled outcome). */
+  settle(op: Op, decision: AuditRecord["decision"]): void {
     this.record({
       op: op.kind === "put" ? "PutObject" : "DeleteObject",
       key: op.key,
@@ -320,6 +320,31 @@ describe("the nemesis checker", () => {
     s.final.set("m", silent.body);
     const found = checkHistory(s.input()).violations;
     expect(found.map((v) => v.rule)).toEqual(["audit-missing"]);
+  });
+
+  it("reports a state that only a write without records explains as that write's missing record", () => {
+    const s = clean();
+    s.grant(4, "m", 5);
+    const acked = s.put(4, "m", 5, { status: 200 }, ["accepted"]);
+    // Answered 503 without x-fence-outcome, nothing on record: yet m is gone at the end.
+    const silent = s.delete(4, "m", 5, { status: 503 }, []);
+    s.final.set("m", null);
+    const found = checkHistory(s.input()).violations;
+    expect(found.map((v) => v.rule)).toEqual(["audit-missing"]);
+    expect(found[0]!.ops).toEqual([silent, acked]);
+  });
+
+  it("does not take the late records of an outcome learnt later for the log being out of order", () => {
+    const s = new Scenario();
+    s.grant(0, "k", 1);
+    const early = s.put(0, "k", 1, { status: 503, outcome: "unknown" }, []);
+    s.grant(1, "k", 2);
+    const newer = s.put(1, "k", 2, { status: 200 }, ["accepted"]);
+    // Recorded "unknown" after the newer write's record, then learnt: it had landed before it.
+    s.settle(early, "unknown");
+    s.settle(early, "accepted");
+    s.final.set("k", newer.body);
+    expect(checkHistory(s.input()).violations).toEqual([]);
   });
 
   it("reports every violation, not just the first", () => {

@@ -273,7 +273,9 @@ export function checkHistory(input: CheckInput): CheckResult {
     list.sort((a, b) => a.first - b.first);
     let highest: AuditedWrite | undefined;
     for (const w of list) {
-      if (w.token === null) continue;
+      // A write first recorded "unknown" has its outcome recorded once learnt (rule 6): its
+      // records are not at its commit's place, whatever the log's order.
+      if (w.token === null || w.records[0]!.decision === "unknown") continue;
       if (highest && w.token < highest.token!) {
         report(
           "audit-order",
@@ -384,6 +386,39 @@ export function checkHistory(input: CheckInput): CheckResult {
     };
     landedByKey.set(op.key, [...(landedByKey.get(op.key) ?? []), seen]);
   }
+  // Writes that may have landed with nothing on record: answered neither accepted nor refused,
+  // and no record says what became of them. If only such a write explains the final state, it
+  // landed without its record.
+  const maybeByKey = new Map<string, AuditedWrite[]>();
+  for (const op of history) {
+    if (!isWrite(op) || op.type !== "info") continue;
+    const { verdict } = verdictOf(op);
+    if (verdict !== "none" && verdict !== "unsettled") continue;
+    if (op.kind === "put" && op.body !== null && seenBodies.has(op.body)) continue;
+    const maybe: AuditedWrite = {
+      requestId: op.requestId ?? `op#${op.id}`,
+      key: op.key,
+      kind: op.kind as "put" | "delete",
+      token: op.token,
+      leaseId: op.leaseId,
+      records: [],
+      first: Number.POSITIVE_INFINITY,
+      verdict: null,
+      op,
+    };
+    maybeByKey.set(op.key, [...(maybeByKey.get(op.key) ?? []), maybe]);
+  }
+  const unrecorded = new Set<Op>();
+  const landedUnrecorded = (w: AuditedWrite, why: string, others: (Op | undefined)[]) => {
+    if (unrecorded.has(w.op!)) return;
+    unrecorded.add(w.op!);
+    report(
+      "audit-missing",
+      `${w.key}: ${w.kind} with token ${w.token} (answered ${w.op!.status ?? "nothing"}${w.op!.code ? ` ${w.op!.code}` : ""}) landed, as ${why}, but has no accepted record`,
+      [w.op, ...others],
+      verdictOf(w.op!).records,
+    );
+  };
   /** Whether accepted write `later` may have taken effect after the write `op` (client view). */
   const mayFollow = (later: AuditedWrite, op: Op) => {
     if (later.token === null || op.token === null) return false;
@@ -408,7 +443,14 @@ export function checkHistory(input: CheckInput): CheckResult {
     const accepted = landedByKey.get(op.key) ?? [];
     // A put may be replaced by any later write; a delete only by a put (the final content exists).
     const replacedBy = accepted.find((w) => mayFollow(w, op) && (op.kind === "put" || w.kind === "put"));
-    if (!replacedBy) {
+    const maybe = (maybeByKey.get(op.key) ?? []).find(
+      (w) => mayFollow(w, op) && (op.kind === "put" || w.kind === "put"),
+    );
+    if (!replacedBy && maybe) {
+      landedUnrecorded(maybe, `only it can have replaced the acknowledged ${op.kind} of token ${op.token}`, [
+        op,
+      ]);
+    } else if (!replacedBy) {
       report(
         "lost-write",
         `${op.key}: acknowledged ${op.kind} ${op.body ?? ""} (token ${op.token}) is not the final content (${final ?? "absent"}) and no accepted write may have replaced it`,
@@ -449,7 +491,22 @@ export function checkHistory(input: CheckInput): CheckResult {
         d.kind === "delete" &&
         !atTop.some((p) => p.kind === "put" && p.op !== undefined && p.op.invokedAt > endOf(d.op)),
     );
-    if (!lastDelete) {
+    // An unrecorded delete that may have come after every put of the top token.
+    const putsAtTop = atTop.filter((w) => w.kind === "put");
+    const maybeDelete = (maybeByKey.get(key) ?? []).find(
+      (d) =>
+        d.kind === "delete" &&
+        d.token !== null &&
+        (d.token > top ||
+          (d.token === top && putsAtTop.every((p) => p.op === undefined || mayFollow(d, p.op)))),
+    );
+    if (!lastDelete && maybeDelete) {
+      landedUnrecorded(
+        maybeDelete,
+        `only it can have removed ${key} after its last accepted put (token ${top})`,
+        putsAtTop.map((w) => w.op),
+      );
+    } else if (!lastDelete) {
       report(
         "final-state",
         `${key}: absent at the end, but the last accepted write (token ${top}) is a put`,
