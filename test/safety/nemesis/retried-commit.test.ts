@@ -19,15 +19,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { TestGateway } from "../../support/gateway.js";
 import { sleep } from "../../support/wait.js";
-import {
-  createBucket,
-  gatewayOn,
-  newBucket,
-  put,
-  read,
-  recordsOf,
-  settledRecords,
-} from "../faults/fault-kit.js";
+import { createBucket, gatewayOn, newBucket, put, read, settledRecords } from "../faults/fault-kit.js";
 import { FAULTY_STORES, type FaultyStore } from "../faults/faulty-store.js";
 
 describe.each(FAULTY_STORES)(
