@@ -5,6 +5,11 @@
  * store; a violation fails the test with the operations involved and the command that replays it.
  *
  * CI runs a short version; the long one: FENCEGATE_NEMESIS_MS=600000 npx vitest run test/safety/nemesis
+ *
+ * What it has found keeps a minimal, deterministic test beside it: audit-gap (a write that landed
+ * while the audit log was down is never recorded), audit-order (a write recorded late by a paused
+ * replica is listed after later writes), retried-commit (Azure: a landed write recorded rejected),
+ * ghost-waiter (a stale wait-queue ticket refuses a free key for 10 s).
  */
 import { describe, expect, it } from "vitest";
 import { requireTools } from "../../support/tools.js";
