@@ -49,9 +49,9 @@ describe.each(FAULTY_STORES)(
         store.proxy.on(store.stateRead(bucket, "k"), { kind: "reset" }, { times: Number.POSITIVE_INFINITY }),
       );
       const answer = await put(gw, bucket, "k", "landed", lease.fencingToken);
+      expect(lost.count).toBe(1);
       await sleep(200);
       (await unreadable).cancel();
-      expect(lost.count).toBe(1);
       // It landed.
       expect(await read(gw, bucket, "k")).toBe("landed");
       // Answered as landed (200) or unknown, recorded likewise, and never as refused.
