@@ -218,7 +218,10 @@ describe("azure backend on Azurite", () => {
       expect((await backend.listObjects({ bucket, maxKeys: 10 })).objects).toMatchObject([
         { key: "pre.txt", size: 12, etag: md5Etag("pre-existing") },
       ]);
-      expect(await backend.writeState(bucket, "pre.txt")).toMatchObject({ highestToken: null, etag: head.etag });
+      expect(await backend.writeState(bucket, "pre.txt")).toMatchObject({
+        highestToken: null,
+        etag: head.etag,
+      });
 
       await expect(put(backend, "pre.txt", "x", null, { ifMatch: md5Etag("other") })).rejects.toMatchObject({
         code: "PreconditionFailed",

@@ -96,7 +96,10 @@ describe("adopting objects that were in the store before fencegate", () => {
     expect((await put("a.txt", "fenced", 5)).highestToken).toBe(5);
     expect(await content("a.txt")).toBe("fenced");
     await expect(put("a.txt", "stale", 4)).rejects.toBeInstanceOf(StaleTokenError);
-    expect(await backend.writeState(bucket, "a.txt")).toMatchObject({ highestToken: 5, etag: md5Etag("fenced") });
+    expect(await backend.writeState(bucket, "a.txt")).toMatchObject({
+      highestToken: 5,
+      etag: md5Etag("fenced"),
+    });
     expect(await keys()).toEqual(["a.txt", "dir/b.txt", "z"]); // listed once, as the record says
     expect((await backend.listObjects({ bucket, maxKeys: 1 })).objects[0]!.etag).toBe(md5Etag("fenced"));
     expect(await rawGet("a.txt")).toBe("plain a");
@@ -124,7 +127,10 @@ describe("adopting objects that were in the store before fencegate", () => {
   it("raises the HCT of a plain object without hiding it", async () => {
     expect(await backend.raiseHighestToken(bucket, "z", 7)).toBe(7);
     expect(await content("z")).toBe("plain z");
-    expect(await backend.writeState(bucket, "z")).toMatchObject({ highestToken: 7, etag: md5Etag("plain z") });
+    expect(await backend.writeState(bucket, "z")).toMatchObject({
+      highestToken: 7,
+      etag: md5Etag("plain z"),
+    });
     expect(await keys()).toEqual(["a.txt", "dir/b.txt", "z"]);
     await expect(put("z", "stale", 6)).rejects.toBeInstanceOf(StaleTokenError);
     // Its bytes are still the store's to change, outside fencegate; fencegate serves what is there.
