@@ -158,8 +158,25 @@ export class WriteFencer {
       settled = true;
       return { ...result, token };
     } catch (err) {
-      // Committed, but the log could not take the decision: the answer is 503 and the intent
-      // stays behind, so that the write is fenced and accounted for later.
+      // Committed, but the log could not take the decision: nothing is answered as done without
+      // it. The client hears "unknown" (a retry is decided on the store's state); the intent stays,
+      // and the "accepted" record is appended once the log takes it (outcomes.ts), then the
+      // intent ends.
+      if (committed && auth && this.opts.outcomes) {
+        const landed = new OutcomeUnknownError(
+          { bucket: ctx.bucket, key: ctx.key },
+          async () => "landed",
+          err,
+          `the audit log with the record of ${ctx.bucket}/${ctx.key}`,
+        );
+        const draft = this.draft(ctx, auth, {
+          decision: "unknown",
+          reason: "ServiceUnavailable",
+          highestToken: null,
+        });
+        this.opts.outcomes.track(landed, draft, intent?.intentId);
+        throw markAudited(landed);
+      }
       if (committed) throw markAudited(err);
       if (err instanceof OutcomeUnknownError && auth) {
         // Sent, no answer: neither accepted nor refused. The intent stays until the outcome is
