@@ -38,7 +38,11 @@ export type AuditRecord = {
   gateway: string; // instance id
 };
 
-export type AuditDraft = Omit<AuditRecord, "seq" | "time" | "gateway"> & { time?: string };
+export type AuditDraft = Omit<AuditRecord, "seq" | "time" | "gateway"> & {
+  time?: string;
+  /** The gateway that made the decision, when another one records it (default: this one). */
+  gateway?: string;
+};
 
 export type AuditQuery = {
   bucket?: string;
@@ -64,6 +68,12 @@ export interface AuditLog {
   /** Present exactly when `domain` is: appends synchronously, inside a step of that domain. */
   readonly appendInStep?: (draft: AuditDraft) => AuditRecord;
   append(draft: AuditDraft): Promise<AuditRecord>;
+  /**
+   * Appends the record unless a record was appended under `once` already, by any replica: how the
+   * outcome of a write is recorded exactly once, whoever learns it first (the gateway that sent
+   * it, or the grant that fences its commit before a newer lease writes). False when it was there.
+   */
+  appendOnce(draft: AuditDraft, once: string): Promise<boolean>;
   query(query: AuditQuery): Promise<AuditPage>;
   ping(): Promise<void>;
   close(): Promise<void>;

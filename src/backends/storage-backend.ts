@@ -342,6 +342,12 @@ export interface StorageBackend extends BackendCapabilities {
 
   /** The HCT of an object, live or deleted; null when no fenced write ever reached it. */
   highestToken(bucket: string, key: string): Promise<number | null>;
+  /**
+   * Compare-and-swap backends: the note (FencedCommit.note) of the last write that put or deleted
+   * the object, kept with its state; null when there is none. Backends whose commits record their
+   * audit decision in the same step (a domain) have no notes.
+   */
+  writeNote?(bucket: string, key: string): Promise<string | null>;
 
   close(): Promise<void>;
 }

@@ -132,15 +132,20 @@ function decide<S>(
       // Nothing visible changes: the HCT is checked, not raised.
       return { next: null, highestToken: state.hct };
     case "put":
-      return { next: { kind: "put", version: spec.version, hct, writeId }, highestToken: hct };
+      return {
+        next: { kind: "put", version: spec.version, hct, writeId, ...noteOf(commit) },
+        highestToken: hct,
+      };
     case "delete":
       // Nothing stored and no HCT to keep; or already a tombstone with this HCT.
       if ((!state.stored && hct === null) || (state.deleted && state.hct === hct)) {
         return { next: null, highestToken: hct };
       }
-      return { next: { kind: "delete", hct, writeId }, highestToken: hct };
+      return { next: { kind: "delete", hct, writeId, ...noteOf(commit) }, highestToken: hct };
   }
 }
+
+const noteOf = (commit: FencedCommit | undefined) => (commit?.note ? { note: commit.note } : {});
 
 /** Whether the commit is a client's write (the bucket must be writable), not a raise or a touch. */
 const isWrite = (spec: CommitSpec<unknown>) => spec.op !== "raise" && spec.op !== "touch";

@@ -40,6 +40,11 @@ export type FenceState = {
    * WRITE_HISTORY; empty for a state no fencegate write made (or one written before ids were kept).
    */
   writes: readonly string[];
+  /**
+   * The note of the last write that changed the object's bytes or deleted it (FencedCommit.note),
+   * kept by HCT raises and touches: who wrote it, for the grant that fences the object.
+   */
+  note?: string;
 };
 
 /** A state read from a compare-and-swap backend, with what a conditional write must name. */
@@ -68,6 +73,8 @@ export type NextState<S> = Change<S> & {
   hct: number | null;
   /** The id of this write, kept in the new state's history. */
   writeId: string;
+  /** A put's or a delete's note (FencedCommit.note); a keep carries the state's own. */
+  note?: string;
 };
 
 /** How a conditional write ended. */

@@ -74,6 +74,11 @@ export type FencedCommit = {
    * which a compare-and-swap backend may take as its first basis instead of reading again.
    */
   early?: EarlyState;
+  /**
+   * What a compare-and-swap backend keeps with the state this write makes (writeNote): enough for
+   * a grant that fences the object later to record the write's outcome, once, in its place.
+   */
+  note?: string;
 };
 
 /**

@@ -28,6 +28,8 @@ type Pending = {
   /** The record of the unknown decision, as written: the outcome's record is the same but for it. */
   draft: AuditDraft;
   intentId: string | undefined;
+  /** The key of the outcome's record (AuditLog.appendOnce): recorded once, by whoever learns it. */
+  once: string;
   done: Promise<void>;
 };
 
@@ -44,9 +46,9 @@ export class Outcomes {
   }
 
   /** Starts learning the outcome of a write answered "unknown" and recorded as `draft`. */
-  track(error: OutcomeUnknownError, draft: AuditDraft, intentId: string | undefined): void {
+  track(error: OutcomeUnknownError, draft: AuditDraft, intentId: string | undefined, once: string): void {
     if (this.closed) return;
-    const entry = { error, draft, intentId } as Pending;
+    const entry = { error, draft, intentId, once } as Pending;
     entry.done = this.run(entry).finally(() => this.pending.delete(entry));
     this.pending.add(entry);
   }
@@ -82,12 +84,16 @@ export class Outcomes {
         continue;
       }
       try {
-        await this.opts.audit.append({
-          ...entry.draft,
-          decision: outcome === "landed" ? "accepted" : "rejected",
-          reason: outcome === "landed" ? null : "ServiceUnavailable",
-          time: undefined,
-        });
+        const { time: _time, ...draft } = entry.draft;
+        await this.opts.audit.appendOnce(
+          {
+            ...draft,
+            decision: outcome === "landed" ? "accepted" : "rejected",
+            reason: outcome === "landed" ? null : "ServiceUnavailable",
+            highestToken: outcome === "landed" ? draft.token : null,
+          },
+          entry.once,
+        );
       } catch (err) {
         // The outcome is known but not recorded: try again (settling again is harmless).
         log?.warn({ err, requestId: entry.draft.requestId }, "the audit log did not take a write's outcome");

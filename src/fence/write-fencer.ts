@@ -17,6 +17,7 @@ import { type AuthorizedWrite, authorizeWrite, type FencingPolicy } from "./deci
 import { assertUploadFence } from "./multipart-rules.js";
 import type { Outcomes } from "./outcomes.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
+import { encodeNote, outcomeKey } from "./write-notes.js";
 
 export type WriteContext = {
   op: string;
@@ -52,6 +53,8 @@ export type WriteFencerOptions = {
   domainOf: (bucket: string) => TxDomain | undefined;
   /** Where writes answered "unknown" go until their outcome is learnt and recorded. */
   outcomes?: Outcomes;
+  /** This gateway, named in the notes of its writes (write-notes.ts). */
+  gatewayId?: string;
 };
 
 export type Committed = { highestToken: number | null };
@@ -126,6 +129,15 @@ export class WriteFencer {
       const commit: FencedCommit = {
         fence,
         conditions,
+        note: encodeNote({
+          r: ctx.requestId,
+          o: ctx.op,
+          t: token,
+          l: authorized.fenced ? authorized.claims.leaseId : null,
+          w: authorized.fenced ? authorized.lease.owner : null,
+          p: ctx.principal,
+          ...(this.opts.gatewayId !== undefined ? { g: this.opts.gatewayId } : {}),
+        }),
         signal: ctx.signal ?? new AbortController().signal,
         ...(state.early ? { early: state.early } : {}),
         prepare: async () => {
@@ -174,7 +186,12 @@ export class WriteFencer {
           reason: "ServiceUnavailable",
           highestToken: null,
         });
-        this.opts.outcomes.track(landed, draft, intent?.intentId);
+        this.opts.outcomes.track(
+          landed,
+          draft,
+          intent?.intentId,
+          outcomeKey(ctx.requestId, ctx.bucket, ctx.key),
+        );
         throw markAudited(landed);
       }
       if (committed) throw markAudited(err);
@@ -205,12 +222,13 @@ export class WriteFencer {
       reason: "ServiceUnavailable",
       highestToken: null,
     });
+    const once = outcomeKey(ctx.requestId, ctx.bucket, ctx.key);
     markAudited(err);
     try {
-      await this.opts.audit.append(draft);
+      await this.opts.audit.appendOnce(draft, `${once} unknown`);
     } finally {
       // Recorded or not, the outcome is learnt and recorded once known.
-      this.opts.outcomes?.track(err, draft, intentId);
+      this.opts.outcomes?.track(err, draft, intentId, once);
     }
   }
 
@@ -276,13 +294,23 @@ export class WriteFencer {
     markAudited(err);
   }
 
+  /**
+   * A write's decision. An accepted one is recorded once: a grant that fenced the object may have
+   * recorded it already (fencingWithRecords, write-notes.ts), in its place among the object's
+   * writes. A refused write never landed, so nobody else records it.
+   */
   private async record(
     ctx: WriteContext,
     auth: AuthorizedWrite | undefined,
     outcome: Pick<AuditDraft, "decision" | "reason" | "highestToken">,
   ): Promise<void> {
+    const draft = this.draft(ctx, auth, outcome);
     try {
-      await this.opts.audit.append(this.draft(ctx, auth, outcome));
+      if (outcome.decision === "accepted") {
+        await this.opts.audit.appendOnce(draft, outcomeKey(ctx.requestId, ctx.bucket, ctx.key));
+      } else {
+        await this.opts.audit.append(draft);
+      }
     } catch (cause) {
       throw auditUnavailable(cause);
     }

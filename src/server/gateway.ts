@@ -12,6 +12,7 @@ import { type Clock, systemClock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { createLogger, type Logger } from "../core/log.js";
 import { Outcomes } from "../fence/outcomes.js";
+import { fencingWithRecords } from "../fence/write-notes.js";
 import { WriteFencer } from "../fence/write-fencer.js";
 import { createRequestAuthenticator } from "../http/authenticator.js";
 import { type EdgeAnswer, type EdgeRenderer, installEdgeAnswers } from "../http/edge-answers.js";
@@ -82,13 +83,18 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     highestToken: (bucket, key) => backend.highestToken(bucket, key),
     domainOf: (bucket) => backend.domainOf(bucket),
     outcomes,
+    gatewayId,
   });
   const leases = new LeaseService({
     store: leaseStore,
     audit,
     clock,
     limits: config.leases,
-    fenceObject: (bucket, key, token) => backend.raiseHighestToken(bucket, key, token),
+    fenceObject: fencingWithRecords({
+      raise: (bucket, key, token) => backend.raiseHighestToken(bucket, key, token),
+      noteOf: async (bucket, key) => (backend.writeNote ? backend.writeNote(bucket, key) : null),
+      audit,
+    }),
     access: secrets.access,
     // A delegate's secret is derived from the token-signing key: all replicas agree, none stores it.
     delegateSecret: (id) =>

@@ -138,6 +138,36 @@ export function describeAuditLogContract(name: string, factory: AuditLogFactory)
       });
     });
 
+    describe("appendOnce", () => {
+      it("appends a record once per key, whoever appends it, concurrently or not", async () => {
+        const tries = await Promise.all([
+          log.appendOnce(draft({ requestId: "w1" }), "w1 b/k"),
+          log.appendOnce(draft({ requestId: "w1" }), "w1 b/k"),
+        ]);
+        expect([...tries].sort()).toEqual([false, true]);
+        expect(await log.appendOnce(draft({ requestId: "w1" }), "w1 b/k")).toBe(false);
+        expect(await log.appendOnce(draft({ requestId: "w2" }), "w2 b/k")).toBe(true);
+        expect((await all()).map((r) => r.requestId)).toEqual(["w1", "w2"]);
+      });
+
+      it("records the gateway a draft names (the one that decided), else its own", async () => {
+        await log.appendOnce(draft({ requestId: "w1", gateway: "gw-writer" }), "w1");
+        await log.append(draft({ requestId: "w2" }));
+        const [first, second] = await all();
+        expect(first!.gateway).toBe("gw-writer");
+        expect(second!.gateway).not.toBe("gw-writer");
+        expect(second!.gateway.length).toBeGreaterThan(0);
+      });
+
+      it("remembers its keys across a restart", async (ctx) => {
+        ctx.skip(!harness.reopen, NO_RESTART);
+        expect(await log.appendOnce(draft({ requestId: "w1" }), "w1")).toBe(true);
+        log = await harness.reopen!();
+        expect(await log.appendOnce(draft({ requestId: "w1" }), "w1")).toBe(false);
+        expect(await all()).toHaveLength(1);
+      });
+    });
+
     describe("query filters", () => {
       let records: AuditRecord[];
 

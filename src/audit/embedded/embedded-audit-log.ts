@@ -41,6 +41,9 @@ type AuditRow = {
   gateway: string;
 };
 
+/** How long the key of a record appended once is kept: longer than a write's outcome stays unsettled. */
+const ONCE_KEPT_MS = 3 * 24 * 3600_000;
+
 const COLUMNS =
   "seq, time, op, bucket, key, prefix, token, lease_id, owner, principal, decision, reason, highest_token, request_id, gateway";
 
@@ -69,6 +72,11 @@ export function createEmbeddedAuditLog({
        @decision, @reason, @highestToken, @requestId, @gateway)`,
   );
   const ping = db.prepare("SELECT 1");
+  const claimOnce = db.prepare<[string, number]>(
+    "INSERT OR IGNORE INTO audit_once (key, time_ms) VALUES (?, ?)",
+  );
+  const forgetOnce = db.prepare<[number]>("DELETE FROM audit_once WHERE time_ms < ?");
+  let claims = 0;
   const plan = createAuditPlanner(db, planCountCap);
   const statements = new Map<string, ReturnType<EmbeddedDb["prepare"]>>();
 
@@ -105,7 +113,7 @@ export function createEmbeddedAuditLog({
       reason: draft.reason ?? null,
       highestToken: draft.highestToken ?? null,
       requestId: draft.requestId ?? null,
-      gateway: gatewayId,
+      gateway: draft.gateway ?? gatewayId,
     };
     const { lastInsertRowid } = insert.run({ ...record, timeMs });
     if (timeMs < latestTime && timesOrdered) {
@@ -123,6 +131,17 @@ export function createEmbeddedAuditLog({
 
     async append(draft: AuditDraft): Promise<AuditRecord> {
       return domain.run(() => appendInStep(draft));
+    },
+
+    async appendOnce(draft: AuditDraft, once: string): Promise<boolean> {
+      return domain.run(() => {
+        open();
+        const now = clock();
+        if (claimOnce.run(once, now).changes === 0) return false;
+        if (++claims % 1000 === 0) forgetOnce.run(now - ONCE_KEPT_MS);
+        appendInStep(draft);
+        return true;
+      });
     },
 
     async query(query: AuditQuery) {

@@ -42,6 +42,13 @@ CREATE INDEX IF NOT EXISTS audit_records_time ON audit_records (time_ms, seq);
 DROP INDEX IF EXISTS audit_records_bucket_key;
 DROP INDEX IF EXISTS audit_records_bucket_prefix;
 
+-- The keys of records appended once (AuditLog.appendOnce): a write's outcome, whoever records it.
+-- Kept ONCE_KEPT_MS (embedded-audit-log.ts), longer than a write's outcome stays unsettled.
+CREATE TABLE IF NOT EXISTS audit_once (
+  key TEXT PRIMARY KEY,
+  time_ms INTEGER NOT NULL
+) WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS audit_meta (
   name TEXT PRIMARY KEY,
   value INTEGER NOT NULL

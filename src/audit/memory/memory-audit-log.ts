@@ -40,6 +40,7 @@ export function createMemoryAuditLog({
   const records: Stored[] = [];
   let lastSeq = 0;
   let closed = false;
+  const once = new Set<string>();
 
   const open = () => {
     if (closed) throw new DomainError("ServiceUnavailable", "the memory audit log is closed");
@@ -64,7 +65,7 @@ export function createMemoryAuditLog({
       reason: draft.reason ?? null,
       highestToken: draft.highestToken ?? null,
       requestId: draft.requestId ?? null,
-      gateway: gatewayId,
+      gateway: draft.gateway ?? gatewayId,
     };
     const stored = { record, timeMs };
     records.push(stored);
@@ -85,6 +86,17 @@ export function createMemoryAuditLog({
 
     async append(draft) {
       return domain.run(() => appendInStep(draft));
+    },
+
+    async appendOnce(draft, key) {
+      return domain.run(() => {
+        open();
+        if (once.has(key)) return false;
+        once.add(key);
+        domain.changed(() => once.delete(key));
+        appendInStep(draft);
+        return true;
+      });
     },
 
     async query(query: AuditQuery) {

@@ -21,6 +21,23 @@ return audit_append(r)
 );
 
 /**
+ * Append one record unless one was appended under the same key already: ARGV[1] = the key,
+ * ARGV[2] = how long the key is kept (s), then field, value pairs. Returns the seq, or 0.
+ */
+export const APPEND_ONCE = new LuaScript(
+  "audit_append_once",
+  `
+local P = KEYS[1]
+${AUDIT_APPEND_LUA}
+if not audit_ready() then return redis.error_reply('AUDITLOST the audit log counter is missing') end
+if not redis.call('SET', P .. ':a:once:' .. ARGV[1], '1', 'NX', 'EX', tonumber(ARGV[2])) then return 0 end
+local r = {}
+for i = 3, #ARGV, 2 do r[ARGV[i]] = ARGV[i + 1] end
+return audit_append(r)
+`,
+);
+
+/**
  * One page of a query, read in one script so that it sees one state of the log (several index
  * streams read in one script cannot disagree about what was appended between them).
  *

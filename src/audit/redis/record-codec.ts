@@ -18,7 +18,7 @@ export function draftFields(draft: AuditDraft, timeMs: number, gatewayId: string
     r: draft.reason,
     ht: draft.highestToken === null ? null : String(draft.highestToken),
     rq: draft.requestId,
-    gw: gatewayId,
+    gw: draft.gateway ?? gatewayId,
   };
   const out: string[] = [];
   for (const [name, value] of Object.entries(fields)) {

@@ -12,9 +12,12 @@ import {
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
 import { AUDIT_INDEXES, DEFAULT_REDIS_KEY_PREFIX } from "./audit-lua.js";
-import { APPEND, QUERY, RESTORE, TRIM, UNLOCK } from "./audit-scripts.js";
+import { APPEND, APPEND_ONCE, QUERY, RESTORE, TRIM, UNLOCK } from "./audit-scripts.js";
 import { draftFields, parseFilters, parseTime, recordFrom } from "./record-codec.js";
 import { type Archiver, createArchiver, type RedisAuditRetention } from "./redis-archiver.js";
+
+/** How long the key of a record appended once is kept: longer than a write's outcome stays unsettled. */
+const ONCE_KEPT_S = 3 * 24 * 3600;
 
 export type RedisAuditLogOptions = {
   /** The connection (see connectRedis). */
@@ -144,7 +147,9 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
   };
   // Loaded once here when Redis is up (LuaScript loads them on first use otherwise, and again
   // after a Redis restart answers NOSCRIPT).
-  await Promise.all([APPEND, QUERY, TRIM, UNLOCK, RESTORE].map((s) => s.load(redis))).catch(() => undefined);
+  await Promise.all([APPEND, APPEND_ONCE, QUERY, TRIM, UNLOCK, RESTORE].map((s) => s.load(redis))).catch(
+    () => undefined,
+  );
 
   const archiver: Archiver | undefined = o.retention
     ? createArchiver({ redis, prefix, retention: o.retention, clock })
@@ -245,6 +250,22 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
         requestId: draft.requestId ?? null,
         gateway: gatewayId,
       };
+    },
+
+    async appendOnce(draft: AuditDraft, once: string): Promise<boolean> {
+      open();
+      const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+      const args = [once, ONCE_KEPT_S, ...draftFields(draft, timeMs, gatewayId)];
+      const seq = Number(
+        await APPEND_ONCE.run(redis, [prefix], args).catch(async (e: unknown) => {
+          if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
+          await restore().catch(unavailable);
+          return APPEND_ONCE.run(redis, [prefix], args).catch(unavailable);
+        }),
+      );
+      if (seq === 0) return false;
+      seen(seq);
+      return true;
     },
 
     async query(query: AuditQuery) {

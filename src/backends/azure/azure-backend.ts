@@ -401,6 +401,16 @@ export class AzureBackend implements StorageBackend {
     }
   }
 
+  async writeNote(bucket: string, key: string): Promise<string | null> {
+    this.assertOpen();
+    try {
+      return (await this.store.readView(bucket, key)).state?.a ?? null;
+    } catch (e) {
+      if (e instanceof DomainError && e.code === "NoSuchBucket") return null;
+      throw e;
+    }
+  }
+
   async close(): Promise<void> {
     this.closed = true;
     clearInterval(this.sweep);

@@ -37,6 +37,8 @@ export type StoredState = {
   h?: string[];
   /** The multipart upload whose completion made it (a retried completion is answered again). */
   u?: string;
+  /** The note of the last write that put or deleted the object (FencedCommit.note). */
+  a?: string;
 };
 
 /** What the gateway sees of the blob at an object's name. */

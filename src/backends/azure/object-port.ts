@@ -106,8 +106,8 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
         (abortSignal) => {
           if (next.kind === "put") {
             const v = next.version;
-            const metadata = encodeState(
-              liveState(
+            const metadata = encodeState({
+              ...liveState(
                 next.hct,
                 v.etag,
                 v.headers,
@@ -117,7 +117,8 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
                 history,
                 v.upload,
               ),
-            );
+              ...(next.note !== undefined ? { a: next.note } : {}),
+            });
             const blobHTTPHeaders = blobHeadersOf(v.headers, v.contentMd5);
             return v.staged.kind === "buffer"
               ? blob.upload(v.staged.data, v.staged.size, {
@@ -136,7 +137,11 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
           if (next.kind === "delete" || !view.exists) {
             // A tombstone (zero bytes, the state says deleted): also what an HCT raise leaves
             // where nothing is stored.
-            const metadata = encodeState(tombstoneState(next.hct, next.writeId, history));
+            const note = next.kind === "delete" ? next.note : view.state?.a;
+            const metadata = encodeState({
+              ...tombstoneState(next.hct, next.writeId, history),
+              ...(note !== undefined ? { a: note } : {}),
+            });
             return blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal });
           }
           const metadata = {
@@ -297,6 +302,7 @@ export function observed(view: BlobView): Observed {
     // A directory of a hierarchical namespace is a path, not a stored object.
     stored: view.live || state !== null,
     writes: state ? [...(state.h ?? []), ...(state.w ? [state.w] : [])] : [],
+    ...(state?.a !== undefined ? { note: state.a } : {}),
     version: view.exists ? view.azureEtag : null,
     raw: view,
   };

@@ -222,6 +222,11 @@ export class RoutedBackend implements StorageBackend {
     return r.backend.raiseHighestToken(r.target, this.storeKey(r, key), token);
   }
 
+  async writeNote(bucket: string, key: string): Promise<string | null> {
+    const r = this.route(bucket);
+    return r.backend.writeNote ? r.backend.writeNote(r.target, this.storeKey(r, key)) : null;
+  }
+
   async headObject(bucket: string, key: string) {
     const r = this.route(bucket);
     const info = await r.backend.headObject(r.target, this.storeKey(r, key));

@@ -105,6 +105,9 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
       h: history,
       ...(mark > 0 ? { gc: mark } : {}),
     };
+    // A put's or a delete's note; a raise or a touch keeps the one of the write before.
+    const note = next.kind === "keep" ? previous?.a : next.note;
+    if (note !== undefined) record.a = note;
     if (next.kind === "put") {
       record.state = "live";
       record.live = next.version;
@@ -208,6 +211,7 @@ export function observedOf(
     deleted: record?.state === "deleted",
     stored: record !== null || plainExists,
     writes: writesOf(record),
+    ...(record?.a !== undefined ? { note: record.a } : {}),
     version: read?.etag ?? null,
     raw: held,
   };

@@ -44,6 +44,8 @@ export type ObjectRecord = {
    * clock, from the blob id) may be collected, so no commit may name them any more.
    */
   gc?: number;
+  /** The note of the last write that put or deleted the object (FencedCommit.note). */
+  a?: string;
 };
 
 /** A record as read, with the store ETag that a replacement's If-Match names. */
@@ -68,6 +70,7 @@ export function parseRecord(text: string, where: string): ObjectRecord {
     (value.w === undefined || typeof value.w === "string") &&
     (value.h === undefined || (Array.isArray(value.h) && value.h.every((id) => typeof id === "string"))) &&
     (value.gc === undefined || Number.isSafeInteger(value.gc)) &&
+    (value.a === undefined || typeof value.a === "string") &&
     (value.state === "deleted" ||
       value.state === "plain" ||
       (value.state === "live" && typeof value.live?.blob === "string"));

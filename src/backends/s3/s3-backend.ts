@@ -332,6 +332,16 @@ export class S3Backend implements StorageBackend {
     }
   }
 
+  async writeNote(bucket: string, key: string): Promise<string | null> {
+    this.ctx.assertOpen();
+    try {
+      return (await this.ctx.records.read(bucket, key))?.record.a ?? null;
+    } catch (e) {
+      if (e instanceof DomainError && e.code === "NoSuchBucket") return null;
+      throw e;
+    }
+  }
+
   // ---- maintenance ----
 
   /**

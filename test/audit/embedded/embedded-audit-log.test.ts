@@ -57,7 +57,7 @@ describe("embedded audit log", () => {
       )
       .all()
       .map((t) => t.name);
-    expect(tables.sort()).toEqual(["audit_meta", "audit_records"]);
+    expect(tables.sort()).toEqual(["audit_meta", "audit_once", "audit_records"]);
   });
 
   it("does not close the shared db", async () => {

@@ -312,6 +312,20 @@ describe("the nemesis checker", () => {
     ]);
   });
 
+  it("takes an unknown answer whose only record is the landed write's accepted (the log's answer was lost), not a refusal", () => {
+    const s = clean();
+    s.grant(4, "m", 5);
+    const landed = s.put(4, "m", 5, { status: 503, outcome: "unknown" }, ["accepted"]);
+    s.final.set("m", landed.body);
+    expect(rules(s)).toEqual([]);
+
+    const refused = clean();
+    refused.grant(4, "m", 5);
+    const wrong = refused.put(4, "m", 5, { status: 503, outcome: "unknown" }, ["rejected"]);
+    const found = checkHistory(refused.input()).violations;
+    expect(found.filter((v) => v.rule === "audit-mismatch").map((v) => v.ops[0])).toEqual([wrong]);
+  });
+
   it("reports a visible write that has no record at all", () => {
     const s = clean();
     s.grant(4, "m", 5);

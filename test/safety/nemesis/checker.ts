@@ -248,7 +248,11 @@ export function checkHistory(input: CheckInput): CheckResult {
         w.records,
       );
     }
-    if (op.outcome === "unknown" && w.records[0]!.decision !== "unknown") {
+    // Answered unknown: recorded "unknown" first, or, when what the gateway did not hear was the
+    // audit log's answer to the write's "accepted" record (the write landed, the record too), that
+    // one record: true, and the gateway could not have known it when it answered.
+    const landedUnheard = w.records.length === 1 && w.records[0]!.decision === "accepted";
+    if (op.outcome === "unknown" && w.records[0]!.decision !== "unknown" && !landedUnheard) {
       report(
         "audit-mismatch",
         `${op.kind} answered unknown but its first record says ${w.records[0]!.decision}`,
