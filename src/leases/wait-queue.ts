@@ -105,14 +105,22 @@ export class WaitQueue<W extends Waiter> {
  * the replica of the waiter now first in line, whichever replica saw the lease end.
  */
 export interface SharedWaitLine {
-  /** Queues the ticket; true when no earlier ticket overlaps its resource (it may try at once). */
+  /**
+   * Queues the ticket; true when no earlier ticket overlaps its resource (it may try at once). A
+   * ticket whose enqueue failed may have been queued all the same: it must be left.
+   */
   enqueue(ticket: string, resource: LeaseResource): Promise<boolean>;
   /**
    * One grant attempt (LeaseStore.tryAcquire), refused (`behind`) unless the ticket is first in
    * line, in the same atomic step; a grant removes the ticket.
    */
   tryAcquireAsHead(ticket: string, input: AcquireInput, events?: LeaseEventContext): Promise<HeadAttempt>;
-  /** The waiter gave up or went away: its ticket leaves at once (unknown tickets are ignored). */
+  /**
+   * The waiter gave up or went away: its ticket leaves at once (unknown tickets are ignored, and
+   * an enqueue of them still on its way queues nothing). When Redis cannot confirm it, it throws,
+   * and the leave is retried in the background until Redis answers, and before this replica
+   * queues any other ticket: a ticket nobody waits on never keeps requests out until its deadline.
+   */
   leave(ticket: string): Promise<void>;
   /** Leases ended: the tickets first in line for what they covered are told. */
   ended(resources: readonly LeaseResource[]): Promise<void>;

@@ -55,6 +55,9 @@ export type RedisWaitingDeps = {
   log?: Logger;
 };
 
+/** Tickets left in one script run, at most. */
+const LEAVE_BATCH = 500;
+
 const resourceArgs = (r: LeaseResource): [string, string, string] =>
   r.key !== undefined ? ["k", r.bucket, r.key] : ["p", r.bucket, r.prefix];
 
@@ -69,8 +72,59 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
   const listeners: Array<(n: WaitNotice | DelegateNotice) => void> = [];
   let listening: Promise<void> | null = null;
 
-  const enqueue = async (ticket: string, resource: LeaseResource): Promise<boolean> =>
-    Number(await run(SCRIPTS.enqueue, [ticket, ...resourceArgs(resource), ticketTtlMs])) === 1;
+  /**
+   * Tickets whose leave Redis has not confirmed (its answer, or the answer to their enqueue, was
+   * lost), with when they were first left: left again in the background until Redis answers, and
+   * before this replica queues another ticket. Otherwise a ticket nobody waits on would stand in
+   * front of every request for its resource until its deadline, each refused with LeaseHeld
+   * although nothing is held. Once a ticket's TTL has passed, Redis skips it anyway: forgotten.
+   */
+  const leaving = new Map<string, number>();
+  let retryTimer: NodeJS.Timeout | undefined;
+  let retries = 0;
+  let closed = false;
+
+  /** Leaves every ticket whose leave is pending (LEAVE is idempotent: repeating one is harmless). */
+  async function leavePending(): Promise<void> {
+    const forgetBefore = performance.now() - ticketTtlMs;
+    for (const [ticket, since] of leaving) if (since < forgetBefore) leaving.delete(ticket);
+    const tickets = [...leaving.keys()];
+    for (let i = 0; i < tickets.length; i += LEAVE_BATCH) {
+      const batch = tickets.slice(i, i + LEAVE_BATCH);
+      await run(SCRIPTS.leave, [ticketTtlMs, ...batch]);
+      for (const ticket of batch) leaving.delete(ticket);
+    }
+    retries = 0;
+  }
+
+  /** Tries the pending leaves again, backing off up to a second, until Redis has taken them all. */
+  function retryLeaves(): void {
+    if (retryTimer || closed || leaving.size === 0) return;
+    retryTimer = setTimeout(
+      () => {
+        retryTimer = undefined;
+        leavePending()
+          .catch((e: unknown) => {
+            if (retries++ === 0) deps.log?.warn({ err: (e as Error).message }, "Redis wait queue: leave");
+          })
+          .finally(retryLeaves);
+      },
+      Math.min(100 * 2 ** retries, 1_000),
+    );
+    retryTimer.unref();
+  }
+  deps.redis.once("end", () => {
+    closed = true;
+    clearTimeout(retryTimer);
+    leaving.clear();
+  });
+
+  const enqueue = async (ticket: string, resource: LeaseResource): Promise<boolean> => {
+    // This replica's own left tickets go first: none of them is in front of this one. Until
+    // Redis confirms they are gone, nothing is queued (the answer would be a guess).
+    if (leaving.size > 0) await leavePending().finally(retryLeaves);
+    return Number(await run(SCRIPTS.enqueue, [ticket, ...resourceArgs(resource), ticketTtlMs])) === 1;
+  };
 
   function subscribe(): Promise<void> {
     const sub = deps.redis.duplicate({
@@ -116,6 +170,9 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
 
     async tryAcquireAsHead(ticket, input, events): Promise<HeadAttempt> {
       validateAcquire(input);
+      // A left ticket still in front of it would make it `behind`; the background retry's
+      // wake-up would come later. Best effort: `behind` is safe, and the retry goes on.
+      if (leaving.size > 0) await leavePending().catch(retryLeaves);
       const [kind, bucket, s] = resourceArgs(input.resource);
       for (let attempt = 0; attempt < 3; attempt++) {
         const script = withTicketKey(SCRIPTS.acquireAsHead, `${deps.keyPrefix}:wt:${ticket}`);
@@ -142,7 +199,13 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
     },
 
     async leave(ticket) {
-      await run(SCRIPTS.leave, [ticket]);
+      leaving.set(ticket, performance.now());
+      try {
+        await leavePending();
+      } catch (e) {
+        retryLeaves();
+        throw e;
+      }
     },
 
     async ended(resources) {
@@ -151,6 +214,7 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
 
     async waitingOn(resources) {
       if (resources.length === 0) return [];
+      if (leaving.size > 0) await leavePending().catch(retryLeaves);
       const counts = (await run(SCRIPTS.count, resources.flatMap(resourceArgs))) as unknown[];
       return counts.map(Number);
     },

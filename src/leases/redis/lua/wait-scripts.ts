@@ -11,6 +11,8 @@ import { PRELUDE } from "./prelude.js";
  * - `P:wt:<id>` hash: b, kd ('k' | 'p'), s (key or prefix), dl (deadline: refreshed by its
  *              gateway while it waits; a ticket past it is dropped, so a dead gateway's waiter
  *              is skipped), seq;
+ * - `P:wl:<id>` a ticket left before its enqueue was seen (that enqueue's answer was lost, and the
+ *              enqueue may still be on its way): an enqueue of it arriving later queues nothing;
  * - `P:pool:<name>` hash: worker → until (ms) (pool membership, every replica's workers).
  * Wake-ups are published on `P:wake` as JSON {m = 'ended' | 'left' | 'held', t = [ticket ids],
  * l = the holder (HGETALL), for 'held'}: the tickets now first in line for the resource concerned.
@@ -75,10 +77,11 @@ end
 /**
  * ARGV[3..7]: ticket id, kind ('k' | 'p'), bucket, key or prefix, ticket TTL (ms). Takes the
  * next arrival number and queues the ticket. Answers 1 when no earlier live ticket overlaps it
- * (it may try at once), 0 otherwise.
+ * (it may try at once), 0 otherwise (and 0, queuing nothing, for a ticket already left).
  */
 export const ENQUEUE = `${PRELUDE}${WAIT_LIB}
 local id, kd, b, s, ttl = ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7])
+if redis.call('EXISTS', P .. ':wl:' .. id) == 1 then return 0 end
 local now = clock(false)
 local seq = redis.call('INCR', P .. ':wseq')
 redis.call('HSET', P .. ':wt:' .. id, 'b', b, 'kd', kd, 's', s, 'dl', fmt(now + ttl), 'seq', fmt(seq))
@@ -114,14 +117,28 @@ end
 return r
 `;
 
-/** ARGV[3]: ticket id. Removes it; publishes 'left' for the tickets now first in line. */
+/**
+ * ARGV[3]: ticket TTL (ms); ARGV[4..]: ticket ids. Removes them; publishes 'left' for the tickets
+ * now first in line. Idempotent: a ticket not queued (yet) is marked left, so that its enqueue,
+ * should it still arrive, queues nothing. Answers how many were queued.
+ */
 export const LEAVE = `${PRELUDE}${WAIT_LIB}
-local id = ARGV[3]
-local t = redis.call('HMGET', P .. ':wt:' .. id, 'b', 'kd', 's')
-if not t[1] then return 0 end
-w_drop(t[1], id)
-w_publish('left', w_heads(t[1], t[2], t[3], clock(false), {}, {}), nil)
-return 1
+local ttl = tonumber(ARGV[3])
+local left = {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local t = redis.call('HMGET', P .. ':wt:' .. id, 'b', 'kd', 's')
+  if t[1] then
+    w_drop(t[1], id)
+    left[#left + 1] = t
+  else
+    redis.call('SET', P .. ':wl:' .. id, '1', 'PX', fmt(ttl + 60000))
+  end
+end
+local now, heads, seen = clock(false), {}, {}
+for _, t in ipairs(left) do w_heads(t[1], t[2], t[3], now, heads, seen) end
+w_publish('left', heads, nil)
+return #left
 `;
 
 /**
