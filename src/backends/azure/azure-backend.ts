@@ -392,19 +392,18 @@ export class AzureBackend implements StorageBackend {
 
   /** Also answers for a bucket that was deleted: its tombstones keep their HCTs. */
   async highestToken(bucket: string, key: string): Promise<number | null> {
-    this.assertOpen();
-    try {
-      return (await this.store.readView(bucket, key)).hct;
-    } catch (e) {
-      if (e instanceof DomainError && e.code === "NoSuchBucket") return null;
-      throw e;
-    }
+    return (await this.viewOf(bucket, key))?.hct ?? null;
   }
 
   async writeNote(bucket: string, key: string): Promise<string | null> {
+    return (await this.viewOf(bucket, key))?.state?.a ?? null;
+  }
+
+  /** What the gateway sees at the object's name; null when there is no bucket. */
+  private async viewOf(bucket: string, key: string) {
     this.assertOpen();
     try {
-      return (await this.store.readView(bucket, key)).state?.a ?? null;
+      return await this.store.readView(bucket, key);
     } catch (e) {
       if (e instanceof DomainError && e.code === "NoSuchBucket") return null;
       throw e;

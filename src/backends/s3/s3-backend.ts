@@ -323,19 +323,18 @@ export class S3Backend implements StorageBackend {
 
   /** Also answers for a bucket that no longer exists: null, as nothing fenced is left there. */
   async highestToken(bucket: string, key: string): Promise<number | null> {
-    this.ctx.assertOpen();
-    try {
-      return (await this.ctx.records.read(bucket, key))?.record.hct ?? null;
-    } catch (e) {
-      if (e instanceof DomainError && e.code === "NoSuchBucket") return null;
-      throw e;
-    }
+    return (await this.recordOf(bucket, key))?.hct ?? null;
   }
 
   async writeNote(bucket: string, key: string): Promise<string | null> {
+    return (await this.recordOf(bucket, key))?.a ?? null;
+  }
+
+  /** The object's record; null when there is none, or no bucket. */
+  private async recordOf(bucket: string, key: string) {
     this.ctx.assertOpen();
     try {
-      return (await this.ctx.records.read(bucket, key))?.record.a ?? null;
+      return (await this.ctx.records.read(bucket, key))?.record ?? null;
     } catch (e) {
       if (e instanceof DomainError && e.code === "NoSuchBucket") return null;
       throw e;
