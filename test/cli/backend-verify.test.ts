@@ -84,7 +84,9 @@ describe("fencegate backend verify", () => {
 
   it("fails clearly when the store cannot be reached or the bucket is missing", async () => {
     const missing = await verify(s3Env(store.url, CREDENTIALS), ["--bucket", "no-such-bucket"]);
-    expect(missing.output).toContain("bucket no-such-bucket: does not exist in this store: nothing was checked");
+    expect(missing.output).toContain(
+      "bucket no-such-bucket: does not exist in this store: nothing was checked",
+    );
     expect(missing.output).not.toContain("NOT SAFE");
     expect(missing.code, missing.output).toBe(1);
     const nothing = await verify(s3Env("http://127.0.0.1:9", CREDENTIALS), ["--bucket", "verified"]);
