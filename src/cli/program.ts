@@ -248,6 +248,12 @@ export function buildProgram(): Command {
     .option("--bucket <bucket...>", "the buckets to check (default: those routed to it, and verifyBucket)")
     .action(act(async () => (await import("./backend.js")).backendCommand));
 
+  // Every command's help points at the exit codes (listed in full by fencegate --help).
+  const everyCommand = (c: Command): Command[] => c.commands.flatMap((sub) => [sub, ...everyCommand(sub)]);
+  for (const c of everyCommand(program)) {
+    if (c.name() !== "help")
+      c.addHelpText("after", "\nExit codes: 0 ok, 1 failure, 2 usage; fencegate --help lists them all.");
+  }
   // A group command without its subcommand (or fencegate alone) prints its usage on stderr; exit 2.
   return program;
 }
