@@ -3,9 +3,7 @@ import { createS3Backend } from "../backends/s3/index.js";
 import { ConfigError, loadConfig } from "../config/load.js";
 import type { BackendSpec, Config } from "../config/schema.js";
 import { createLogger } from "../core/log.js";
-import { CliError, EXIT, parse } from "./shared.js";
-
-const USAGE = "usage: fencegate backend verify [--config FILE] [--bucket B]...";
+import { CliError, EXIT } from "./shared.js";
 
 /**
  * `fencegate backend verify`: checks, for every remote backend in the configuration, that its
@@ -14,17 +12,14 @@ const USAGE = "usage: fencegate backend verify [--config FILE] [--bucket B]...";
  * Metadata), in the buckets named with --bucket, or else the buckets the configuration routes to
  * it (and an S3 backend's verifyBucket). Prints one line per check; exits 1 when any fails.
  */
-export async function backendCommand(args: string[]): Promise<number> {
-  const [sub, ...rest] = args;
-  if (sub !== "verify") throw new CliError(USAGE, EXIT.usage);
-  const { values } = parse(rest, { config: { type: "string" }, bucket: { type: "string", multiple: true } });
+export async function backendCommand(values: { config?: string; bucket?: string[] }): Promise<number> {
   const env = { ...process.env };
   if (values.config) env.FENCEGATE_CONFIG = values.config;
   let config: Config;
   try {
     config = loadConfig(env);
   } catch (e) {
-    if (e instanceof ConfigError) throw new CliError(e.message, 78);
+    if (e instanceof ConfigError) throw new CliError(e.message, EXIT.config);
     throw e;
   }
   const specs: Array<[string, BackendSpec]> = [
@@ -47,15 +42,11 @@ export async function backendCommand(args: string[]): Promise<number> {
       continue;
     }
     for (const bucket of buckets) {
-      const findings = await verify(spec, bucket).catch((e: unknown) => [
-        `could not check: ${(e as Error).message ?? String(e)}`,
-      ]);
-      failed ||= findings.length > 0;
-      process.stdout.write(
-        findings.length === 0
-          ? `${label} bucket ${bucket}: ok, honours If-None-Match and If-Match\n`
-          : `${label} bucket ${bucket}: NOT SAFE: ${findings.join("; ")}\n`,
+      const result = await verify(spec, bucket).catch(
+        (e: unknown): Verdict => ({ kind: "unchecked", why: (e as Error).message ?? String(e) }),
       );
+      failed ||= result.kind !== "ok";
+      process.stdout.write(`${label} bucket ${bucket}: ${verdictLine(result)}\n`);
     }
   }
   return failed ? 1 : 0;
@@ -70,7 +61,44 @@ function bucketsOf(name: string, spec: BackendSpec, config: Config, given: strin
   return [...new Set([...scratch, ...routed])];
 }
 
-async function verify(spec: BackendSpec, bucket: string): Promise<string[]> {
+/** What a check found: safe, unsafe (what the store ignores), no such bucket, or no answer. */
+type Verdict =
+  | { kind: "ok" }
+  | { kind: "unsafe"; findings: string[] }
+  | { kind: "missing" }
+  | { kind: "unchecked"; why: string };
+
+function verdictLine(v: Verdict): string {
+  switch (v.kind) {
+    case "ok":
+      return "ok, honours If-None-Match and If-Match";
+    case "unsafe":
+      return `NOT SAFE: ${v.findings.join("; ")}`;
+    case "missing":
+      return "does not exist in this store: nothing was checked (create it, or name another with --bucket)";
+    case "unchecked":
+      return `could not check: ${v.why}`;
+  }
+}
+
+type Checked = {
+  headBucket(bucket: string): Promise<unknown>;
+  verifyConditionalWrites(bucket: string): Promise<{ findings: string[] }>;
+};
+
+/** The bucket first (a missing one is said so, not taken for a store that ignores conditions). */
+async function check(backend: Checked, bucket: string): Promise<Verdict> {
+  try {
+    await backend.headBucket(bucket);
+  } catch (e) {
+    if ((e as { code?: string }).code === "NoSuchBucket") return { kind: "missing" };
+    throw e;
+  }
+  const { findings } = await backend.verifyConditionalWrites(bucket);
+  return findings.length === 0 ? { kind: "ok" } : { kind: "unsafe", findings };
+}
+
+async function verify(spec: BackendSpec, bucket: string): Promise<Verdict> {
   const log = createLogger("silent");
   if (spec.type === "s3") {
     const backend = createS3Backend({
@@ -86,7 +114,7 @@ async function verify(spec: BackendSpec, bucket: string): Promise<string[]> {
       log,
     });
     try {
-      return (await backend.verifyConditionalWrites(bucket)).findings;
+      return await check(backend, bucket);
     } finally {
       await backend.close();
     }
@@ -105,10 +133,10 @@ async function verify(spec: BackendSpec, bucket: string): Promise<string[]> {
       log,
     });
     try {
-      return (await backend.verifyConditionalWrites(bucket)).findings;
+      return await check(backend, bucket);
     } finally {
       await backend.close();
     }
   }
-  return [];
+  return { kind: "ok" };
 }

@@ -1,55 +1,121 @@
-import {
-  ACQUIRE_OPTIONS,
-  acquireRequest,
-  CliError,
-  clientFromEnv,
-  EXIT,
-  intOption,
-  parse,
-  printJson,
-  withApiErrors,
-} from "./shared.js";
+import type { Delegate, LeaseView } from "../client/types.js";
+import { type Column, fromNow, outputMode, printList, printOne } from "./output.js";
+import { acquireRequest, clientFromEnv, intOption, withApiErrors } from "./shared.js";
 
-export async function leaseCommand(args: string[]): Promise<number> {
-  const [sub, ...rest] = args;
-  const client = clientFromEnv();
-  switch (sub) {
-    case "acquire": {
-      const { values } = parse(rest, ACQUIRE_OPTIONS);
-      const request = acquireRequest(values);
-      const lease = await withApiErrors(() => client.acquire(request));
-      printJson(lease);
-      return 0;
-    }
-    case "renew": {
-      const { values, positionals } = parse(rest, { "ttl-ms": { type: "string" } }, true);
-      const id = onlyId(positionals);
-      printJson(await withApiErrors(() => client.renew(id, intOption("ttl-ms", values["ttl-ms"]))));
-      return 0;
-    }
-    case "release": {
-      const { positionals } = parse(rest, {}, true);
-      const id = onlyId(positionals);
-      await withApiErrors(() => client.release(id));
-      process.stderr.write(`released ${id}\n`);
-      return 0;
-    }
-    case "show": {
-      const { positionals } = parse(rest, {}, true);
-      printJson(await withApiErrors(() => client.show(onlyId(positionals))));
-      return 0;
-    }
-    case "list": {
-      const { values } = parse(rest, { bucket: { type: "string" }, prefix: { type: "string" } });
-      printJson(await withApiErrors(() => client.list({ bucket: values.bucket, prefix: values.prefix })));
-      return 0;
-    }
-    default:
-      throw new CliError("usage: fencegate lease acquire|renew|release|show|list …", EXIT.usage);
-  }
+type Out = { output?: string };
+
+const resource = (l: LeaseView) => (l.key !== undefined ? l.key : `${l.prefix ?? ""}*`);
+
+const LEASE_COLUMNS: ReadonlyArray<Column<LeaseView>> = [
+  ["LEASE ID", (l) => l.leaseId],
+  ["BUCKET", (l) => l.bucket],
+  ["RESOURCE", resource],
+  ["OWNER", (l) => l.owner],
+  ["TOKEN", (l) => l.token],
+  ["STATE", (l) => l.state],
+  ["EXPIRES", (l) => fromNow(l.expiresAt)],
+  ["WAITERS", (l) => l.waiters ?? 0],
+];
+
+/** A lease as "name: value" lines, with its expiry as a countdown. */
+function leaseFields(l: LeaseView & { floorToken?: number }): Record<string, unknown> {
+  return {
+    leaseId: l.leaseId,
+    bucket: l.bucket,
+    ...(l.key !== undefined ? { key: l.key } : { prefix: l.prefix }),
+    owner: l.owner,
+    token: l.token,
+    fencingToken: l.fencingToken,
+    state: l.state,
+    ttlMs: l.ttlMs,
+    acquiredAt: l.acquiredAt,
+    expiresAt: `${l.expiresAt} (${fromNow(l.expiresAt)})`,
+    waiters: l.waiters,
+    floorToken: l.floorToken,
+  };
 }
 
-function onlyId(positionals: string[]): string {
-  if (positionals.length !== 1) throw new CliError("give exactly one LEASE_ID", EXIT.usage);
-  return positionals[0]!;
+function printLease(output: string | undefined, lease: LeaseView & { floorToken?: number }): void {
+  printOne(outputMode(output), lease as Record<string, unknown>, leaseFields(lease));
+}
+
+export async function acquire(opts: Parameters<typeof acquireRequest>[0] & Out): Promise<number> {
+  const request = acquireRequest(opts);
+  const client = await clientFromEnv();
+  printLease(opts.output, await withApiErrors(() => client.acquire(request)));
+  return 0;
+}
+
+export async function list(opts: { bucket?: string; prefix?: string } & Out): Promise<number> {
+  const client = await clientFromEnv();
+  const { leases } = await withApiErrors(() => client.list({ bucket: opts.bucket, prefix: opts.prefix }));
+  printList(outputMode(opts.output), leases, { leases }, LEASE_COLUMNS, "no active leases");
+  return 0;
+}
+
+export async function show(leaseId: string, opts: Out): Promise<number> {
+  const client = await clientFromEnv();
+  printLease(opts.output, await withApiErrors(() => client.show(leaseId)));
+  return 0;
+}
+
+export async function renew(leaseId: string, opts: { ttlMs?: string } & Out): Promise<number> {
+  const ttlMs = intOption("ttl-ms", opts.ttlMs);
+  const client = await clientFromEnv();
+  printLease(opts.output, await withApiErrors(() => client.renew(leaseId, ttlMs)));
+  return 0;
+}
+
+export async function release(leaseId: string): Promise<number> {
+  const client = await clientFromEnv();
+  await withApiErrors(() => client.release(leaseId));
+  process.stderr.write(`released ${leaseId}\n`);
+  return 0;
+}
+
+export async function breakLease(leaseId: string, opts: Out): Promise<number> {
+  const client = await clientFromEnv();
+  const broken = await withApiErrors(() => client.breakLease(leaseId));
+  printLease(opts.output, broken);
+  process.stderr.write(
+    `broke ${leaseId} (held by ${broken.owner}, token ${broken.token}); writes with a token below ${broken.floorToken} are refused\n`,
+  );
+  return 0;
+}
+
+const DELEGATE_COLUMNS: ReadonlyArray<Column<Delegate>> = [
+  ["DELEGATE ID", (d) => d.delegateId],
+  ["LEASE ID", (d) => d.leaseId],
+  ["CREATED BY", (d) => d.createdBy],
+  ["CREATED", (d) => `${d.createdAt} (${fromNow(d.createdAt)})`],
+];
+
+export async function addDelegate(leaseId: string, opts: Out): Promise<number> {
+  const client = await clientFromEnv();
+  const created = await withApiErrors(() => client.delegate(leaseId));
+  printOne(outputMode(opts.output), created);
+  process.stderr.write(
+    "the secret is shown only now: give the worker AWS_ACCESS_KEY_ID=<accessKeyId> AWS_SECRET_ACCESS_KEY=<secretAccessKey>\n",
+  );
+  return 0;
+}
+
+export async function listDelegates(leaseId: string, opts: Out): Promise<number> {
+  const client = await clientFromEnv();
+  const { delegates } = await withApiErrors(() => client.listDelegates(leaseId));
+  printList(
+    outputMode(opts.output),
+    delegates,
+    { delegates },
+    DELEGATE_COLUMNS,
+    `lease ${leaseId} has no delegates`,
+  );
+  return 0;
+}
+
+export async function revokeDelegate(leaseId: string, delegateId: string): Promise<number> {
+  const client = await clientFromEnv();
+  await withApiErrors(() => client.revokeDelegate(leaseId, delegateId));
+  process.stderr.write(`revoked ${delegateId} of ${leaseId}\n`);
+  return 0;
 }

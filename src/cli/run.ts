@@ -1,11 +1,12 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import type { FenceClient } from "../client/fence-client.js";
+import type { LeaseRecord } from "../client/types.js";
 import {
-  ACQUIRE_OPTIONS,
+  type AcquireValues,
   acquireRequest,
   CliError,
   clientFromEnv,
   EXIT,
-  parse,
   withApiErrors,
 } from "./shared.js";
 
@@ -17,30 +18,35 @@ const KILL_GRACE_MS = 5_000;
  * The command gets FENCE_TOKEN and FENCE_TOKEN_NUMBER; the SDK's Lease handle renews the lease in
  * the background; if it is lost the command is stopped; afterwards the lease is released.
  */
-export async function runCommand(args: string[]): Promise<number> {
-  const dashdash = args.indexOf("--");
-  if (dashdash === -1 || dashdash === args.length - 1) {
-    throw new CliError(
-      "usage: fencegate run --bucket B (--key K | --prefix P) [options] -- CMD [ARGS...]",
-      EXIT.usage,
-    );
-  }
-  const { values } = parse(args.slice(0, dashdash), ACQUIRE_OPTIONS);
-  const [cmd, ...cmdArgs] = args.slice(dashdash + 1) as [string, ...string[]];
+export async function runCommand(command: string[], values: AcquireValues): Promise<number> {
+  const [cmd, ...cmdArgs] = command as [string, ...string[]];
   const request = acquireRequest(values);
-  const client = clientFromEnv();
-  let lost: string | null = null;
+  const client = await clientFromEnv();
+  let lost: Promise<Loss> | null = null;
+  let lostCode: string | null = null;
   let child: ChildProcess | undefined;
+  let record: LeaseRecord | undefined;
+  // Why it ended, from the audit log and the leases now held (the command is stopped first).
+  const explain = (rec: LeaseRecord, code: string) => {
+    lost ??= whyLost(client, rec, code).then((loss) => {
+      process.stderr.write(
+        `fencegate run: lease lost: lease ${rec.leaseId} (token ${rec.token}) ${loss.says}; stopping the command\n`,
+      );
+      return loss;
+    });
+  };
   const lease = await withApiErrors(() =>
     client.lease({
       ...request,
       onLost: (error) => {
-        lost = `${error.code}: ${error.message}`;
-        process.stderr.write(`fencegate run: lease lost (${lost}); stopping the command\n`);
+        lostCode = error.code;
         if (child) stopChild(child);
+        if (record) explain(record, error.code);
       },
     }),
   );
+  record = lease.record;
+  if (lostCode) explain(record, lostCode);
 
   child = spawn(cmd, cmdArgs, {
     stdio: "inherit",
@@ -74,7 +80,7 @@ export async function runCommand(args: string[]): Promise<number> {
     process.stderr.write(`fencegate run: could not release ${lease.leaseId}: ${(e as Error).message}\n`);
   });
   if (exit.error) throw new CliError(`cannot run ${cmd}: ${exit.error.message}`, 127);
-  if (lost) return EXIT.leaseLost;
+  if (lost) return (await (lost as Promise<Loss>)).exitCode;
   if (exit.signal) return 128 + (signalNumber(exit.signal) ?? 1);
   return exit.code ?? 1;
 }
@@ -93,4 +99,61 @@ function signalNumber(signal: NodeJS.Signals): number | undefined {
       number
     >
   )[signal];
+}
+
+/** How a lease was lost, in words and as run's exit status. */
+type Loss = { says: string; exitCode: number };
+
+/**
+ * Tells "broken by an administrator", "released", "superseded by token N" and "expired" apart:
+ * the lease's ending event in the audit log (LeaseBroken, LeaseReleased), else a newer lease that
+ * holds what it covered, else its expiry.
+ */
+export async function whyLost(client: FenceClient, lease: LeaseRecord, code: string): Promise<Loss> {
+  const ending = (op: string) =>
+    client.audit({ leaseId: lease.leaseId, op, decision: "accepted", limit: 10 }).then(
+      (p) => p.records[0],
+      () => undefined,
+    );
+  const [broken, released, now] = await Promise.all([
+    ending("LeaseBroken"),
+    ending("LeaseReleased"),
+    client.list({ bucket: lease.bucket }).then(
+      (l) => l.leases,
+      () => [],
+    ),
+  ]);
+  if (broken) {
+    return {
+      says: `was broken by an administrator (${broken.principal ?? "?"} at ${broken.time})`,
+      exitCode: EXIT.leaseBroken,
+    };
+  }
+  if (released) {
+    return {
+      says: `was released by ${released.principal ?? "?"} at ${released.time}`,
+      exitCode: EXIT.leaseReleased,
+    };
+  }
+  const newer = now.find((l) => l.token > lease.token && overlaps(l, lease));
+  if (newer) {
+    return {
+      says: `expired and was superseded by token ${newer.token} (lease ${newer.leaseId}, owner ${newer.owner})`,
+      exitCode: EXIT.leaseSuperseded,
+    };
+  }
+  return {
+    says: `expired: it was not renewed in time (${code})`,
+    exitCode: EXIT.leaseLost,
+  };
+}
+
+type Resource = { bucket: string; key?: string; prefix?: string };
+
+function overlaps(a: Resource, b: Resource): boolean {
+  if (a.bucket !== b.bucket) return false;
+  if (a.key !== undefined && b.key !== undefined) return a.key === b.key;
+  if (a.key !== undefined) return a.key.startsWith(b.prefix ?? "");
+  if (b.key !== undefined) return b.key.startsWith(a.prefix ?? "");
+  return (a.prefix ?? "").startsWith(b.prefix ?? "") || (b.prefix ?? "").startsWith(a.prefix ?? "");
 }

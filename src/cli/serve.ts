@@ -3,20 +3,19 @@ import { ConfigError, loadConfig } from "../config/load.js";
 import { DEV_ACCESS_KEY_ID, DEV_SECRET_ACCESS_KEY } from "../config/resolve.js";
 import { flushLogger } from "../core/log.js";
 import { type Gateway, startGateway } from "../server/gateway.js";
-import { CliError, intOption, parse } from "./shared.js";
+import { CliError, EXIT, intOption } from "./shared.js";
 
 /** Of the shutdown's bound, what is kept for writing out the log before the process exits. */
 const LOG_FLUSH_MS = 200;
 /** Past the bound by this much, the process exits whatever it is doing (it should never come to it). */
 const HARD_STOP_AFTER_MS = 1_000;
 
-export async function serveCommand(args: string[]): Promise<number> {
-  const { values } = parse(args, {
-    config: { type: "string" },
-    host: { type: "string" },
-    port: { type: "string" },
-    "data-dir": { type: "string" },
-  });
+export async function serveCommand(values: {
+  config?: string;
+  host?: string;
+  port?: string;
+  dataDir?: string;
+}): Promise<number> {
   const env = { ...process.env };
   if (values.config) env.FENCEGATE_CONFIG = values.config;
   const overrides: Record<string, unknown> = {};
@@ -24,7 +23,7 @@ export async function serveCommand(args: string[]): Promise<number> {
   if (values.host) server.host = values.host;
   if (values.port !== undefined) server.port = intOption("port", values.port);
   if (Object.keys(server).length > 0) overrides.server = server;
-  if (values["data-dir"]) overrides.dataDir = values["data-dir"];
+  if (values.dataDir) overrides.dataDir = values.dataDir;
 
   let gateway: Gateway;
   let boundMs: number;
@@ -45,7 +44,7 @@ export async function serveCommand(args: string[]): Promise<number> {
     ];
     process.stdout.write(`${lines.join("\n")}\n`);
   } catch (e) {
-    if (e instanceof ConfigError) throw new CliError(e.message, 78);
+    if (e instanceof ConfigError) throw new CliError(e.message, EXIT.config);
     if ((e as NodeJS.ErrnoException).code === "EADDRINUSE") {
       throw new CliError(
         `cannot listen: ${(e as Error).message} (set FENCEGATE_PORT, or 0 for any free port)`,

@@ -1,7 +1,4 @@
-import { type ParseArgsConfig, parseArgs } from "node:util";
-import { FenceApiError, FenceConnectionError } from "../client/errors.js";
-import { FenceClient } from "../client/fence-client.js";
-import { DEV_ACCESS_KEY_ID, DEV_SECRET_ACCESS_KEY } from "../config/resolve.js";
+import type { FenceClient } from "../client/fence-client.js";
 
 export class CliError extends Error {
   override name = "CliError";
@@ -13,10 +10,52 @@ export class CliError extends Error {
   }
 }
 
-/** Exit codes of the client commands. */
-export const EXIT = { usage: 2, leaseHeld: 75, leaseLost: 76, unavailable: 69 } as const;
+/**
+ * Exit codes of every command (printed by `fencegate --help`). The sysexits(3) numbers where one
+ * fits; `run` otherwise exits with its command's code.
+ */
+export const EXIT = {
+  ok: 0,
+  failure: 1,
+  usage: 2,
+  /** The gateway could not be reached, or answered 503 (its lease store or audit log is down). */
+  unavailable: 69,
+  /** LeaseHeld: an overlapping lease is held (by whom and until when is printed). */
+  leaseHeld: 75,
+  /** The lease is lost: LeaseLost from the gateway, or `run`'s lease expired (not renewed in time). */
+  leaseLost: 76,
+  /** AccessDenied, or the signature (access key, secret, clock) was refused. */
+  denied: 77,
+  /** The configuration file or environment is invalid (`serve`, `backend verify`). */
+  config: 78,
+  /** `run`: the lease was broken by an administrator. */
+  leaseBroken: 80,
+  /** `run`: the lease was released by someone else (its id and access key). */
+  leaseReleased: 81,
+  /** `run`: the lease expired and a newer lease (a higher token) now holds the resource. */
+  leaseSuperseded: 82,
+} as const;
 
-export function clientFromEnv(env = process.env): FenceClient {
+export const EXIT_CODES_HELP = `Exit codes:
+  0   success
+  1   failure (an error the gateway answered, e.g. LeaseNotFound; a check that failed)
+  2   usage: unknown command, option or value
+  69  the gateway is unreachable, or answered 503 (its lease store or audit log is down)
+  75  LeaseHeld: an overlapping lease is held (its holder and expiry are printed)
+  76  lease lost: LeaseLost, or run's lease expired (not renewed in time)
+  77  AccessDenied, or the access key / secret / clock was refused
+  78  invalid configuration (serve, backend verify)
+  80  run: the lease was broken by an administrator
+  81  run: the lease was released by someone else
+  82  run: the lease was superseded by a newer lease (token N)
+  run otherwise exits with CMD's exit code (128+N when CMD died of signal N).`;
+
+/** The development pair (src/config/resolve.ts; not imported, to keep client commands light). */
+export const DEV_ACCESS_KEY_ID = "fencegate";
+export const DEV_SECRET_ACCESS_KEY = "fencegate-secret";
+
+export async function clientFromEnv(env = process.env): Promise<FenceClient> {
+  const { FenceClient } = await import("../client/fence-client.js");
   return new FenceClient({
     endpoint: env.FENCEGATE_ENDPOINT || "http://127.0.0.1:9700",
     accessKeyId: env.AWS_ACCESS_KEY_ID || DEV_ACCESS_KEY_ID,
@@ -26,22 +65,6 @@ export function clientFromEnv(env = process.env): FenceClient {
   });
 }
 
-type Parsed<T extends ParseArgsConfig["options"]> = ReturnType<
-  typeof parseArgs<{ args: string[]; options: T; allowPositionals: boolean; strict: true }>
->;
-
-export function parse<T extends ParseArgsConfig["options"]>(
-  args: string[],
-  options: T,
-  allowPositionals = false,
-): Parsed<T> {
-  try {
-    return parseArgs({ args, options, allowPositionals, strict: true });
-  } catch (e) {
-    throw new CliError((e as Error).message, EXIT.usage);
-  }
-}
-
 export function intOption(name: string, value: string | undefined, fallback?: number): number | undefined {
   if (value === undefined) return fallback;
   if (!/^\d+$/.test(value))
@@ -49,37 +72,73 @@ export function intOption(name: string, value: string | undefined, fallback?: nu
   return Number(value);
 }
 
-export function printJson(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value, null, 2)}\n`);
+/** An ISO 8601 date-time (as the audit API takes it), or a usage error naming the option. */
+export function isoOption(name: string, value: string | undefined): string | undefined {
+  if (value === undefined) return undefined;
+  if (!/^\d{4}-\d{2}-\d{2}/.test(value) || Number.isNaN(Date.parse(value))) {
+    throw new CliError(
+      `--${name} must be an ISO 8601 date-time (e.g. 2026-11-22T12:00:00Z), got "${value}"`,
+      2,
+    );
+  }
+  return new Date(Date.parse(value)).toISOString();
 }
+
+type HeldBy = {
+  leaseId?: string;
+  owner?: string;
+  token?: number;
+  expiresAt?: string;
+  key?: string;
+  prefix?: string;
+};
 
 /** API errors become a one-line message and a distinct exit code. */
 export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (e) {
+    const { FenceApiError, FenceConnectionError } = await import("../client/errors.js");
     if (e instanceof FenceApiError) {
-      const code = e.code === "LeaseHeld" ? EXIT.leaseHeld : e.code === "LeaseLost" ? EXIT.leaseLost : 1;
-      throw new CliError(`${e.code} (HTTP ${e.status}): ${e.message}`, code);
+      let message = `${e.code} (HTTP ${e.status}): ${e.message}`;
+      const heldBy = e.details.heldBy as HeldBy | undefined;
+      if (e.code === "LeaseHeld" && heldBy) message += `; ${describeHolder(heldBy)}`;
+      throw new CliError(message, exitCodeOf(e.code, e.status));
     }
     if (e instanceof FenceConnectionError) throw new CliError(e.message, EXIT.unavailable);
     throw e;
   }
 }
 
+export function describeHolder(h: HeldBy): string {
+  const what = h.key !== undefined ? `key ${h.key}` : h.prefix !== undefined ? `prefix ${h.prefix}` : "it";
+  const until = h.expiresAt ? ` until ${h.expiresAt}${inSeconds(h.expiresAt)}` : "";
+  return `held by ${h.owner ?? "?"} (lease ${h.leaseId ?? "?"}, token ${h.token ?? "?"}, ${what})${until}`;
+}
+
+function inSeconds(iso: string): string {
+  const s = Math.round((Date.parse(iso) - Date.now()) / 1000);
+  return Number.isFinite(s) && s >= 0 ? ` (in ${s}s)` : "";
+}
+
+function exitCodeOf(code: string, status: number): number {
+  if (code === "LeaseHeld") return EXIT.leaseHeld;
+  if (code === "LeaseLost" || code === "LeaseExpired") return EXIT.leaseLost;
+  if (status === 401 || status === 403) return EXIT.denied;
+  if (status === 503) return EXIT.unavailable;
+  return EXIT.failure;
+}
+
 export const DEFAULT_TTL_MS = 30_000;
 
-/** The options of `lease acquire` and `run` that describe the lease. */
-export const ACQUIRE_OPTIONS = {
-  bucket: { type: "string" },
-  key: { type: "string" },
-  prefix: { type: "string" },
-  "ttl-ms": { type: "string" },
-  "wait-ms": { type: "string" },
-  owner: { type: "string" },
-} as const;
-
-type AcquireValues = { [K in keyof typeof ACQUIRE_OPTIONS]?: string };
+export type AcquireValues = {
+  bucket?: string;
+  key?: string;
+  prefix?: string;
+  ttlMs?: string;
+  waitMs?: string;
+  owner?: string;
+};
 
 export function acquireRequest(values: AcquireValues) {
   if (!values.bucket) throw new CliError("--bucket is required", EXIT.usage);
@@ -89,8 +148,8 @@ export function acquireRequest(values: AcquireValues) {
   return {
     bucket: values.bucket,
     ...(values.key !== undefined ? { key: values.key } : { prefix: values.prefix }),
-    ttlMs: intOption("ttl-ms", values["ttl-ms"], DEFAULT_TTL_MS)!,
-    waitMs: intOption("wait-ms", values["wait-ms"], 0),
+    ttlMs: intOption("ttl-ms", values.ttlMs, DEFAULT_TTL_MS)!,
+    waitMs: intOption("wait-ms", values.waitMs, 0),
     owner: values.owner,
   };
 }

@@ -166,7 +166,7 @@ describe("fencegate lease and audit", () => {
       await cli(["audit", "--bucket", bucket, "--decision", "rejected"]),
     );
     expect(rejected.records.some((r) => r.op === "LeaseAcquired" && r.reason === "LeaseHeld")).toBe(true);
-    const all = await cli(["audit", "--bucket", bucket, "--all", "--limit", "1"]);
+    const all = await cli(["audit", "--bucket", bucket, "--all", "--limit", "1", "--output", "ndjson"]);
     expect(all.code).toBe(0);
     const lines = all.stdout
       .trim()
@@ -250,7 +250,7 @@ describe("fencegate run", () => {
     await gw.leases.release(held.leaseId);
   });
 
-  it("stops the command with SIGTERM and exits 76 when the lease is lost", async () => {
+  it("stops the command with SIGTERM and exits 81 when the lease is released by someone else", async () => {
     const script = [
       "trap 'echo got-term; kill \"$pid\" 2>/dev/null; exit 143' TERM",
       'echo "started $FENCE_LEASE_ID $FENCE_TOKEN"',
@@ -281,10 +281,13 @@ describe("fencegate run", () => {
     const t0 = Date.now();
     await gw.leases.release(leaseId);
     const r = await run.done;
-    expect(r.code).toBe(76);
+    expect(r.code).toBe(81);
     expect(r.stdout).toContain("got-term");
     expect(r.stdout).not.toContain("finished-normally");
-    expect(r.stderr).toMatch(/lease lost/);
+    expect(r.stderr).toMatch(
+      new RegExp(`lease lost: lease ${leaseId} \\(token \\d+\\) was released by ${CREDENTIALS.accessKeyId}`),
+    );
+    expect(r.stderr).not.toMatch(/broken|superseded|expired/);
     // Noticed at the next renewal (a third of the TTL), not after the command's 30 s.
     expect(Date.now() - t0).toBeLessThan(15_000);
     // run does not release a lease it lost; the release the test made is the last event.
@@ -306,6 +309,72 @@ describe("fencegate run", () => {
       );
     expect(refused?.name).toBe("LeaseExpired");
     expect(refused?.$metadata?.httpStatusCode).toBe(409);
+  });
+
+  /** `run` holding KEY with a 1.5 s TTL, running a command that waits to be stopped. */
+  async function running(key: string) {
+    const script = [
+      "trap 'exit 143' TERM",
+      'echo "started $FENCE_LEASE_ID"',
+      "while :; do sleep 0.2; done",
+    ].join("; ");
+    const run = start([
+      "run",
+      "--bucket",
+      bucket,
+      "--key",
+      key,
+      "--ttl-ms",
+      "1500",
+      "--",
+      "sh",
+      "-c",
+      script,
+    ]);
+    await waitFor(() => /started \S+/.test(run.output().stdout), {
+      what: "the command to start",
+      details: () => JSON.stringify(run.output()),
+    });
+    const leaseId = /started (\S+)/.exec(run.output().stdout)![1]!;
+    return { run, leaseId };
+  }
+
+  it("says the lease was broken by an administrator, and exits 80", async () => {
+    const { run, leaseId } = await running("broken");
+    await gw.leases.breakLease(leaseId);
+    const r = await run.done;
+    expect(r.code).toBe(80);
+    expect(r.stderr).toMatch(
+      new RegExp(
+        `lease ${leaseId} \\(token \\d+\\) was broken by an administrator \\(${CREDENTIALS.accessKeyId} at `,
+      ),
+    );
+    expect(r.stderr).not.toMatch(/released|superseded|expired/);
+  });
+
+  it("says the lease expired (76), or was superseded by token N (82), when it could not renew in time", async () => {
+    // SIGSTOP keeps run from renewing past the TTL; it notices when it runs again.
+    const expired = await running("expires");
+    expired.run.child.kill("SIGSTOP");
+    await new Promise((r) => setTimeout(r, 2500));
+    expired.run.child.kill("SIGCONT");
+    const r1 = await expired.run.done;
+    expect(r1.code, r1.stderr).toBe(76);
+    expect(r1.stderr).toMatch(
+      new RegExp(`lease ${expired.leaseId} \\(token \\d+\\) expired: it was not renewed in time`),
+    );
+
+    const superseded = await running("superseded");
+    superseded.run.child.kill("SIGSTOP");
+    await new Promise((r) => setTimeout(r, 2500));
+    const newer = await gw.leases.acquire({ bucket, key: "superseded", ttlMs: 20_000, owner: "newcomer" });
+    superseded.run.child.kill("SIGCONT");
+    const r2 = await superseded.run.done;
+    expect(r2.code, r2.stderr).toBe(82);
+    expect(r2.stderr).toContain(
+      `expired and was superseded by token ${newer.token} (lease ${newer.leaseId}, owner newcomer)`,
+    );
+    await gw.leases.release(newer.leaseId);
   });
 });
 
