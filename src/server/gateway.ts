@@ -12,8 +12,8 @@ import { type Clock, systemClock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { createLogger, type Logger } from "../core/log.js";
 import { Outcomes } from "../fence/outcomes.js";
-import { fencingWithRecords } from "../fence/write-notes.js";
 import { WriteFencer } from "../fence/write-fencer.js";
+import { fencingWithRecords } from "../fence/write-notes.js";
 import { createRequestAuthenticator } from "../http/authenticator.js";
 import { type EdgeAnswer, type EdgeRenderer, installEdgeAnswers } from "../http/edge-answers.js";
 import { installExpectContinue } from "../http/expect-continue.js";
@@ -164,7 +164,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }),
   });
   const s3 = s3Handler({
-    services: { backend, fencer, access, completions: completedUploads() },
+    services: { backend, fencer, access, region: config.server.region, completions: completedUploads() },
     authenticator,
     domain: config.server.domain,
     log,

@@ -1,6 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
-import { expectS3Error, parseS3Error, rawRequest, signedRequest, signRequest } from "../support/signed-http.js";
+import {
+  expectS3Error,
+  parseS3Error,
+  rawRequest,
+  signedRequest,
+  signRequest,
+} from "../support/signed-http.js";
 import { type SocketAnswer, sendRaw } from "./raw-socket.js";
 
 /**
