@@ -59,6 +59,7 @@ const API_WIRE: Record<DomainErrorCode, readonly [code: string, status: number]>
   InvalidRequest: ["InvalidRequest", 400],
   InvalidURI: ["InvalidRequest", 400],
   MethodNotAllowed: ["MethodNotAllowed", 405],
+  ExpectationFailed: ["ExpectationFailed", 417],
   NotImplemented: ["NotImplemented", 501],
   NoSuchEndpoint: ["NotFound", 404],
   BadRequest: ["InvalidRequest", 400],

@@ -90,6 +90,14 @@ export type ListResult = {
 
 export type BucketInfo = { name: string; creationDate: Date };
 
+export type CreateBucketOptions = {
+  /**
+   * The LocationConstraint the bucket is created with, kept for GetBucketLocation; "" or absent
+   * for none (us-east-1). A bucket created again after its deletion takes the new one.
+   */
+  location?: string;
+};
+
 /** What a write's early refusal needs to know about the object, before its body is read. */
 export type WriteState = {
   /** The object's HCT, live or deleted; null when no fenced write ever reached it. */
@@ -306,7 +314,9 @@ export interface StorageBackend extends BackendCapabilities {
 
   listBuckets(): Promise<BucketInfo[]>;
   /** BucketAlreadyOwnedByYou when it exists; InvalidBucketName. */
-  createBucket(bucket: string): Promise<void>;
+  createBucket(bucket: string, opts?: CreateBucketOptions): Promise<void>;
+  /** The LocationConstraint the bucket was created with, "" for none. NoSuchBucket. */
+  bucketLocation(bucket: string): Promise<string>;
   /** NoSuchBucket. */
   headBucket(bucket: string): Promise<BucketInfo>;
   /**

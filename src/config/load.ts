@@ -71,6 +71,7 @@ function envOverrides(env: Env): Record<string, unknown> {
     set(["server", "port"], toInt("FENCEGATE_PORT", env.FENCEGATE_PORT));
   }
   if (env.FENCEGATE_DOMAIN) set(["server", "domain"], env.FENCEGATE_DOMAIN);
+  if (env.FENCEGATE_REGION) set(["server", "region"], env.FENCEGATE_REGION);
   if (env.FENCEGATE_DATA_DIR) set(["dataDir"], env.FENCEGATE_DATA_DIR);
   if (env.FENCEGATE_GATEWAY_ID) set(["gatewayId"], env.FENCEGATE_GATEWAY_ID);
   if (env.FENCEGATE_LOG_LEVEL) set(["log", "level"], env.FENCEGATE_LOG_LEVEL);

@@ -221,6 +221,15 @@ export const configSchema = z
         port: z.number().int().min(0).max(65535).default(9700),
         /** Virtual-hosted-style addressing: `<bucket>.<domain>`. */
         domain: z.string().optional(),
+        /**
+         * The region the gateway answers as (FENCEGATE_REGION): HeadBucket's x-amz-bucket-region,
+         * the LocationConstraint CreateBucket accepts, and in us-east-1 S3's legacy answer to a
+         * CreateBucket of a bucket the caller already owns (200, nothing changed).
+         */
+        region: z
+          .string()
+          .regex(/^[a-z]{2}(-[a-z]+)+-\d{1,2}$/, "a region name such as us-east-1")
+          .default("us-east-1"),
         /** Largest request header section accepted, in bytes (S3 allows 8 KiB of user metadata). */
         maxHeaderBytes: z
           .number()
@@ -257,6 +266,7 @@ export const configSchema = z
       .default({
         host: "127.0.0.1",
         port: 9700,
+        region: "us-east-1",
         maxHeaderBytes: 16 * 1024,
         headersTimeoutMs: 10_000,
         idleTimeoutMs: 120_000,

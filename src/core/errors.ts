@@ -67,6 +67,8 @@ export const DOMAIN_ERROR_CODES = [
   "InvalidRequest",
   "InvalidURI",
   "MethodNotAllowed",
+  /** An Expect header other than 100-continue. */
+  "ExpectationFailed",
   "NotImplemented",
   "NoSuchEndpoint",
   "BadRequest",

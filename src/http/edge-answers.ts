@@ -26,8 +26,9 @@ const LINGER_MS = 2_000;
  * - requests the HTTP parser rejects: oversized header sections, broken framing (Content-Length
  *   with Transfer-Encoding), bad request lines, and header or request timeouts;
  * - CONNECT, which Node answers by closing the connection;
- * - an `Expect` other than 100-continue, which Node answers with 417: S3 ignores unknown
- *   expectations, so the request is served as if the header were absent.
+ * - an `Expect` other than 100-continue, which Node answers with a bare 417: answered 417
+ *   `ExpectationFailed` in the endpoint's form, as S3 answers it, without reading the body, and
+ *   the connection is closed (the unread body must not be taken for the next request).
  */
 export function installEdgeAnswers(server: Server, opts: { log: Logger; render: EdgeRenderer }): void {
   const { log, render } = opts;
@@ -52,7 +53,21 @@ export function installEdgeAnswers(server: Server, opts: { log: Logger; render: 
     writeAndClose(socket, render(refusal, { target: req.url, host: req.headers.host }, requestId), requestId);
   });
   server.on("checkExpectation", (req: IncomingMessage, res: ServerResponse) => {
-    server.emit("request", req, res);
+    log.info({ expect: String(req.headers.expect).slice(0, 64) }, "unsupported Expect refused");
+    const refusal = new DomainError(
+      "ExpectationFailed",
+      "Your Expect header is not supported: only 100-continue is accepted.",
+    );
+    const requestId = newRequestId();
+    const answer = render(refusal, { target: req.url, host: req.headers.host }, requestId);
+    res.shouldKeepAlive = false;
+    res.writeHead(answer.status, {
+      "content-type": answer.contentType,
+      "content-length": Buffer.byteLength(answer.body),
+      "x-amz-request-id": requestId,
+      connection: "close",
+    });
+    res.end(answer.body);
   });
 }
 

@@ -30,9 +30,12 @@ export function nodeBodyResponse(
 
 /**
  * A header value as the bytes to send, one latin1 character per byte: stored header text goes out
- * as UTF-8 (Node writes header strings as latin1 once a Buffer follows them).
+ * as UTF-8 (Node writes header strings as latin1 once a Buffer follows them). User metadata values
+ * are bytes already (one latin1 character per byte received, src/s3/protocol/metadata-encoding.ts)
+ * and go out as they are, as on every other path.
  */
-function wireValue(value: string): string {
+function wireValue(name: string, value: string): string {
+  if (name.startsWith("x-amz-meta-")) return value;
   return /^[\x00-\x7f]*$/.test(value) ? value : Buffer.from(value, "utf8").toString("latin1");
 }
 
@@ -56,7 +59,7 @@ export function sendNodeBody(res: Response, outgoing: ServerResponse): Response 
   }
   const head: Record<string, string> = {};
   res.headers.forEach((value, name) => {
-    if (name !== MARK) head[name] = wireValue(value);
+    if (name !== MARK) head[name] = wireValue(name, value);
   });
   if (outgoing.destroyed) {
     stream.destroy();

@@ -164,7 +164,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }),
   });
   const s3 = s3Handler({
-    services: { backend, fencer, access, completions: completedUploads() },
+    services: { backend, fencer, access, region: config.server.region, completions: completedUploads() },
     authenticator,
     domain: config.server.domain,
     log,

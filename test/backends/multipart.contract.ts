@@ -1,4 +1,6 @@
 import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { Readable } from "node:stream";
+import { setImmediate } from "node:timers/promises";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { multipartEtag } from "../../src/backends/multipart.js";
 import {
@@ -11,7 +13,7 @@ import {
 import type { fakeClock } from "../../src/core/clock.js";
 import { DomainError, StaleTokenError } from "../../src/core/errors.js";
 import { fencedCommit } from "../../src/fence/commit.js";
-import { failingVerifiedBody, md5Etag, metadataOf, readAll, verifiedBody } from "../support/bodies.js";
+import { failingVerifiedBody, md5Etag, metadataOf, readAll, sleep, verifiedBody } from "../support/bodies.js";
 import type { BackendFixture } from "./storage-backend.contract.js";
 
 /**
@@ -185,6 +187,60 @@ export function describeMultipartContract(name: string, factory: MultipartFactor
       await expectStoredParts(1);
       await complete(uploadId, [{ partNumber: 1, etag: second.etag }]);
       expect((await content()).toString()).toBe("second");
+    });
+
+    it("keeps the whole part of the request that finished last when one part is uploaded twice at once", async () => {
+      const uploadId = await create(5);
+      // Several blocks or chunks each, so that a mix of the two bodies would show.
+      const first = randomBytes(10 * 1024 * 1024 + 123);
+      const second = randomBytes(5 * 1024 * 1024 + 7);
+      // The first request sends half its body, waits while the second one is uploaded whole, then ends.
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const half = Math.floor(first.length / 2);
+      let halfSent!: () => void;
+      const halfway = new Promise<void>((resolve) => {
+        halfSent = resolve;
+      });
+      const slow = Readable.from(
+        (async function* chunks() {
+          for (let at = 0; at < first.length; at += 256 * 1024) {
+            if (at >= half) {
+              halfSent();
+              await gate;
+            }
+            yield first.subarray(at, Math.min(at + 256 * 1024, first.length));
+            await setImmediate();
+          }
+        })(),
+        { objectMode: false },
+      );
+      let digested!: (d: { size: number; checksums: Record<string, never> }) => void;
+      const digest = new Promise<{ size: number; checksums: Record<string, never> }>((resolve) => {
+        digested = resolve;
+      });
+      slow.once("end", () => digested({ size: first.length, checksums: {} }));
+      const firstUpload = mp().uploadPart(
+        { bucket, key: KEY, uploadId, partNumber: 1, body: { stream: slow, digest } },
+        fencedCommit(5),
+      );
+      await halfway;
+      await sleep(100);
+      const secondUpload = await part(uploadId, 1, second);
+      expect(secondUpload.etag).toBe(md5Etag(second));
+      release();
+      const firstDone = await firstUpload;
+      expect(firstDone.etag).toBe(md5Etag(first));
+      expect(await listedParts(uploadId)).toEqual([
+        { partNumber: 1, size: first.length, etag: md5Etag(first), lastModified: expect.any(Date) },
+      ]);
+      await complete(uploadId, [{ partNumber: 1, etag: firstDone.etag }]);
+      const stored = await content();
+      expect(stored.length).toBe(first.length);
+      expect(stored.equals(first)).toBe(true);
+      await expectNoLeftovers();
     });
 
     it("refuses part lists that S3 refuses: order, unknown parts, wrong ETags, small parts", async () => {

@@ -123,6 +123,29 @@ export function describeStorageBackendContract(name: string, factory: BackendFac
         await rejectsWithCode(backend.createBucket(bucket), "BucketAlreadyOwnedByYou");
       });
 
+      it("keeps a bucket's location constraint (none by default), across re-creation and restarts", async () => {
+        expect(await backend.bucketLocation(bucket)).toBe("");
+        const located = `fg-${randomUUID().slice(0, 13)}`;
+        await backend.createBucket(located, { location: "eu-west-1" });
+        expect(await backend.bucketLocation(located)).toBe("eu-west-1");
+        // Created again with another constraint after a deletion: the new one counts.
+        await backend.deleteBucket(located);
+        await backend.createBucket(located, { location: "default" });
+        expect(await backend.bucketLocation(located)).toBe("default");
+        await rejectsWithCode(
+          backend.bucketLocation(`fg-missing-${randomUUID().slice(0, 8)}`),
+          "NoSuchBucket",
+        );
+        if (fixture.reopen) {
+          await reopen();
+          expect(await backend.bucketLocation(located)).toBe("default");
+          expect(await backend.bucketLocation(bucket)).toBe("");
+        }
+        await backend.deleteBucket(located);
+        await backend.createBucket(located);
+        expect(await backend.bucketLocation(located)).toBe("");
+      });
+
       it("refuses invalid bucket names", async () => {
         for (const name of [
           "ab",

@@ -39,12 +39,21 @@ function configError(fn: () => unknown): ConfigError {
   return thrown as ConfigError;
 }
 
+describe("the gateway's region", () => {
+  it("is us-east-1 unless FENCEGATE_REGION or server.region names another region", () => {
+    expect(loadConfig({}).server.region).toBe("us-east-1");
+    expect(loadConfig({ FENCEGATE_REGION: "eu-west-1" }).server.region).toBe("eu-west-1");
+    expect(() => loadConfig({ FENCEGATE_REGION: "Mars" })).toThrow(/server\.region/);
+  });
+});
+
 describe("loadConfig defaults", () => {
   it("serves on 127.0.0.1:9700 with the embedded defaults", () => {
     const c = loadConfig({});
     expect(c.server).toEqual({
       host: "127.0.0.1",
       port: 9700,
+      region: "us-east-1",
       maxHeaderBytes: 16 * 1024,
       headersTimeoutMs: 10_000,
       idleTimeoutMs: 120_000,

@@ -74,6 +74,7 @@ import { runCommit } from "../../fence/commit-driver.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
+  CreateBucketOptions,
   DeleteObjectInput,
   DeleteObjectResult,
   FencedCommit,
@@ -171,15 +172,18 @@ export class AzureBackend implements StorageBackend {
     return this.buckets.listBuckets();
   }
 
-  async createBucket(bucket: string): Promise<void> {
+  async createBucket(bucket: string, opts: CreateBucketOptions = {}): Promise<void> {
     this.assertOpen();
+    const location = opts.location ?? "";
     try {
-      await this.buckets.createBucket(bucket);
+      await this.buckets.createBucket(bucket, location);
     } catch (e) {
       // Deleted by a deletion that stopped between its marker and the container's mark.
       if (!(e instanceof DomainError && e.code === "BucketAlreadyOwnedByYou")) throw e;
       const marker = await this.port.bucketState(bucket);
-      if (marker.phase !== "deleted" || !(await this.port.setBucketState(bucket, marker, "live"))) throw e;
+      if (marker.phase !== "deleted") throw e;
+      await this.buckets.setLocation(bucket, location);
+      if (!(await this.port.setBucketState(bucket, marker, "live"))) throw e;
       return;
     }
     // A container restored from deletion: its marker says live again (writes read it).
@@ -190,6 +194,11 @@ export class AzureBackend implements StorageBackend {
   async headBucket(bucket: string): Promise<BucketInfo> {
     this.assertOpen();
     return this.buckets.headBucket(bucket);
+  }
+
+  async bucketLocation(bucket: string): Promise<string> {
+    this.assertOpen();
+    return this.buckets.location(bucket);
   }
 
   async deleteBucket(bucket: string, inFlight: InFlightWrites = noWritesInFlight): Promise<void> {

@@ -6,7 +6,9 @@ import {
   type AzureStore,
   CONTAINER_CREATED,
   CONTAINER_DELETED,
+  CONTAINER_LOCATION,
   isAzureContainerName,
+  noSuchBucket,
 } from "./azure-store.js";
 import { liveEntries } from "./blob-listing.js";
 
@@ -45,7 +47,8 @@ export class AzureBuckets {
     return buckets.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  async createBucket(bucket: string): Promise<void> {
+  /** The container metadata `fencegate_location` holds the bucket's location constraint. */
+  async createBucket(bucket: string, location = ""): Promise<void> {
     assertValidBucketName(bucket);
     if (!isAzureContainerName(bucket)) {
       throw new DomainError(
@@ -56,11 +59,13 @@ export class AzureBuckets {
     }
     const container = await this.store.container(bucket);
     const created = new Date(this.store.opts.clock()).toISOString();
+    const located: Record<string, string> = location === "" ? {} : { [CONTAINER_LOCATION]: location };
     try {
       await this.store.calls.run(
         `create container ${bucket}`,
         undefined,
-        (abortSignal) => container.create({ metadata: { [CONTAINER_CREATED]: created }, abortSignal }),
+        (abortSignal) =>
+          container.create({ metadata: { [CONTAINER_CREATED]: created, ...located }, abortSignal }),
         (e) => azureStatus(e) === 409,
       );
       return;
@@ -79,10 +84,31 @@ export class AzureBuckets {
       throw new DomainError("BucketAlreadyOwnedByYou", "you already own this bucket", { bucket });
     }
     // A bucket deleted through fencegate: its container (and its tombstones' HCTs) come back.
-    const { [CONTAINER_DELETED]: _deleted, ...kept } = found.metadata;
+    const { [CONTAINER_DELETED]: _deleted, [CONTAINER_LOCATION]: _location, ...kept } = found.metadata;
     await this.store.calls.run(`restore container ${bucket}`, undefined, (abortSignal) =>
-      container.setMetadata({ ...kept, [CONTAINER_CREATED]: created }, { abortSignal }),
+      container.setMetadata({ ...kept, [CONTAINER_CREATED]: created, ...located }, { abortSignal }),
     );
+  }
+
+  /** Sets the location constraint of a live container ("" removes it). */
+  async setLocation(bucket: string, location: string): Promise<void> {
+    const found = await this.store.containerState(bucket);
+    if (found.state !== "live") return;
+    const { [CONTAINER_LOCATION]: _location, ...kept } = found.metadata;
+    const container = await this.store.container(bucket);
+    await this.store.calls.run(`locate container ${bucket}`, undefined, (abortSignal) =>
+      container.setMetadata(
+        { ...kept, ...(location === "" ? {} : { [CONTAINER_LOCATION]: location }) },
+        { abortSignal },
+      ),
+    );
+  }
+
+  /** The bucket's location constraint, "" for none; NoSuchBucket. */
+  async location(bucket: string): Promise<string> {
+    const found = await this.store.containerState(bucket);
+    if (found.state !== "live") throw noSuchBucket(bucket);
+    return found.metadata[CONTAINER_LOCATION] ?? "";
   }
 
   async headBucket(bucket: string): Promise<BucketInfo> {

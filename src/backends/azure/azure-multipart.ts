@@ -31,11 +31,14 @@ import {
   decodeUpload,
   encodeJson,
   isUploadId,
+  newPartAttempt,
   newUploadId,
+  nextPartOrder,
   noSuchUpload,
   PART_META,
   type PartRecord,
   parsePartName,
+  partAttemptOrder,
   partBlobName,
   partsPrefix,
   toPartInfo,
@@ -127,7 +130,7 @@ export class AzureMultipartStore implements MultipartStore {
     assertPartNumber(input.partNumber);
     if (!isUploadId(input.uploadId)) throw noSuchUpload(input.uploadId);
     if (!isAzureContainerName(input.bucket)) throw noSuchBucket(input.bucket);
-    const name = partBlobName(this.meta, input.uploadId, input.partNumber);
+    const name = partBlobName(this.meta, input.uploadId, input.partNumber, newPartAttempt());
     // The body is read at once (its errors listened to); the upload is looked up meanwhile.
     const staging = stageBody(input.body.stream, {
       blob: this.store.blob(input.bucket, name),
@@ -152,7 +155,8 @@ export class AzureMultipartStore implements MultipartStore {
     const { highestToken } = await runCommit(this.port(), ref, { op: "check" }, commit);
     const at = this.store.opts.clock();
     const md5 = body.md5.toString("hex");
-    const metadata = { [PART_META]: encodeJson({ md5, size: body.size, at } satisfies PartRecord) };
+    const order = nextPartOrder();
+    const metadata = { [PART_META]: encodeJson({ md5, size: body.size, at, order } satisfies PartRecord) };
     const blob = await this.store.blob(input.bucket, name);
     if (commit.signal.aborted) throw abandoned();
     await this.store.calls.run(
@@ -170,6 +174,7 @@ export class AzureMultipartStore implements MultipartStore {
       await this.removeBlob(blob);
       throw e;
     }
+    await this.removeEarlierAttempts(input, { at, order, name });
     return { etag: `"${md5}"`, size: body.size, lastModified: new Date(at), highestToken };
   }
 
@@ -427,22 +432,24 @@ export class AzureMultipartStore implements MultipartStore {
     return uploads;
   }
 
-  /** The upload's parts in part number order. */
+  /** The upload's parts in part number order: of several attempts at a part, the last committed. */
   private async readParts(bucket: string, uploadId: string): Promise<ListedPart[]> {
     const container = await this.store.container(bucket);
-    const parts: ListedPart[] = [];
+    const parts = new Map<number, ListedPart>();
     for await (const item of this.listBlobs(container, partsPrefix(this.meta, uploadId))) {
       const parsed = parsePartName(this.meta, item.name);
       if (!parsed) continue;
       const record = decodePart(item.metadata, `${bucket}/${item.name}`);
-      parts.push({
+      const part = {
         ...record,
         partNumber: parsed.partNumber,
         azureEtag: item.properties.etag,
         name: item.name,
-      });
+      };
+      const other = parts.get(part.partNumber);
+      if (!other || partAttemptOrder(other, part) < 0) parts.set(part.partNumber, part);
     }
-    return parts.sort((a, b) => a.partNumber - b.partNumber);
+    return [...parts.values()].sort((a, b) => a.partNumber - b.partNumber);
   }
 
   /** NoSuchUpload when the upload went away, InvalidPart when a part it uses was replaced. */
@@ -450,7 +457,8 @@ export class AzureMultipartStore implements MultipartStore {
     await this.requireUpload(ref, signal);
     const now = new Map((await this.readParts(ref.bucket, ref.uploadId)).map((p) => [p.partNumber, p]));
     for (const part of used) {
-      if (now.get(part.partNumber)?.azureEtag !== part.azureEtag) {
+      const current = now.get(part.partNumber);
+      if (current?.name !== part.name || current.azureEtag !== part.azureEtag) {
         throw new DomainError(
           "InvalidPart",
           `part ${part.partNumber} was replaced while the upload was being completed`,
@@ -471,6 +479,26 @@ export class AzureMultipartStore implements MultipartStore {
     return assembleParts(this.store, { ref, blob, used, size, signal }, () =>
       this.assertUnchanged(ref, used, signal),
     );
+  }
+
+  /**
+   * Removes the attempts at this part committed before `mine` (a part uploaded again, or twice at
+   * once): the part is the attempt committed last, whole. A later attempt is left alone.
+   */
+  private async removeEarlierAttempts(
+    ref: UploadRef & { partNumber: number },
+    mine: { at: number; order: number; name: string },
+  ): Promise<void> {
+    const container = await this.store.container(ref.bucket);
+    const prefix = partBlobName(this.meta, ref.uploadId, ref.partNumber);
+    for await (const item of this.listBlobs(container, prefix)) {
+      if (item.name === mine.name || parsePartName(this.meta, item.name)?.partNumber !== ref.partNumber)
+        continue;
+      const record = decodePart(item.metadata, `${ref.bucket}/${item.name}`);
+      if (partAttemptOrder({ ...record, name: item.name }, mine) < 0) {
+        await this.removeBlob(container.getBlockBlobClient(item.name));
+      }
+    }
   }
 
   /** Removes the record first (no part can be added after), then the parts. */

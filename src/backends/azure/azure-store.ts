@@ -16,6 +16,8 @@ import { type BlobView, MISSING, viewOf } from "./blob-state.js";
 export const CONTAINER_DELETED = "fencegate_deleted";
 /** Container metadata: when fencegate created the bucket (S3's CreationDate). */
 export const CONTAINER_CREATED = "fencegate_created";
+/** Container metadata: the LocationConstraint the bucket was created with, when it had one. */
+export const CONTAINER_LOCATION = "fencegate_location";
 
 /** Azure's container name rules, stricter than S3's bucket rules (no dots, no "--"). */
 const AZURE_CONTAINER = /^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$/;

@@ -9,6 +9,7 @@ import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
+  CreateBucketOptions,
   DeleteObjectInput,
   DeleteObjectResult,
   FencedCommit,
@@ -131,12 +132,17 @@ export class FsBackend implements StorageBackend {
     return this.metadata.buckets();
   }
 
-  async createBucket(bucket: string): Promise<void> {
+  async createBucket(bucket: string, opts: CreateBucketOptions = {}): Promise<void> {
     this.assertOpen();
     assertValidBucketName(bucket);
-    if (!this.metadata.createBucket(bucket, this.clock())) {
+    if (!this.metadata.createBucket(bucket, this.clock(), opts.location)) {
       throw new DomainError("BucketAlreadyOwnedByYou", "you already own this bucket", { bucket });
     }
+  }
+
+  async bucketLocation(bucket: string): Promise<string> {
+    this.assertOpen();
+    return this.metadata.bucketLocation(bucket);
   }
 
   async headBucket(bucket: string): Promise<BucketInfo> {

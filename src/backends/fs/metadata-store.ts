@@ -18,7 +18,8 @@ import type { Checksums, ObjectMetadata, WriteState } from "../storage-backend.j
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS fs_buckets (
   name TEXT PRIMARY KEY,
-  created_at INTEGER NOT NULL
+  created_at INTEGER NOT NULL,
+  location TEXT
 ) WITHOUT ROWID;
 
 CREATE TABLE IF NOT EXISTS fs_objects (
@@ -112,7 +113,12 @@ export class FsMetadataStore {
       buckets: db.prepare<[], { name: string; created_at: number }>(
         "SELECT name, created_at FROM fs_buckets ORDER BY name",
       ),
-      insertBucket: db.prepare("INSERT OR IGNORE INTO fs_buckets (name, created_at) VALUES (?, ?)"),
+      insertBucket: db.prepare(
+        "INSERT OR IGNORE INTO fs_buckets (name, created_at, location) VALUES (?, ?, ?)",
+      ),
+      bucketLocation: db.prepare<[string], { location: string | null }>(
+        "SELECT location FROM fs_buckets WHERE name = ?",
+      ),
       deleteBucket: db.prepare("DELETE FROM fs_buckets WHERE name = ?"),
       anyLive: db.prepare<[string], { one: number }>(
         "SELECT 1 AS one FROM fs_objects INDEXED BY fs_objects_live WHERE bucket = ? AND deleted = 0 LIMIT 1",
@@ -176,8 +182,15 @@ export class FsMetadataStore {
   }
 
   /** False when the bucket already exists. */
-  createBucket(name: string, now: number): boolean {
-    return this.stmts.insertBucket.run(name, now).changes === 1;
+  createBucket(name: string, now: number, location = ""): boolean {
+    return this.stmts.insertBucket.run(name, now, location === "" ? null : location).changes === 1;
+  }
+
+  /** The bucket's LocationConstraint, "" for none; NoSuchBucket. */
+  bucketLocation(name: string): string {
+    const row = this.stmts.bucketLocation.get(name);
+    if (!row) throw noSuchBucket(name);
+    return row.location ?? "";
   }
 
   /** In a step: NoSuchBucket, BucketNotEmpty (tombstones do not count). */
@@ -326,6 +339,9 @@ function migrate(db: EmbeddedDb): void {
   const columns = db.prepare<[], { name: string }>("PRAGMA table_info(fs_objects)").all();
   if (!columns.some((c) => c.name === "inline_id"))
     db.exec("ALTER TABLE fs_objects ADD COLUMN inline_id INTEGER");
+  const bucketColumns = db.prepare<[], { name: string }>("PRAGMA table_info(fs_buckets)").all();
+  if (!bucketColumns.some((c) => c.name === "location"))
+    db.exec("ALTER TABLE fs_buckets ADD COLUMN location TEXT");
 }
 
 const noSuchBucket = (bucket: string) =>

@@ -7,6 +7,7 @@ import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
+  CreateBucketOptions,
   DeleteObjectInput,
   DeleteObjectResult,
   FencedCommit,
@@ -79,13 +80,18 @@ export class MemoryBackend implements StorageBackend {
     return this.objects.buckets();
   }
 
-  async createBucket(bucket: string): Promise<void> {
+  async createBucket(bucket: string, opts: CreateBucketOptions = {}): Promise<void> {
     this.assertOpen();
     assertValidBucketName(bucket);
     const now = this.clock();
-    if (!(await this.domain.run(() => this.objects.createBucket(bucket, now)))) {
+    if (!(await this.domain.run(() => this.objects.createBucket(bucket, now, opts.location)))) {
       throw new DomainError("BucketAlreadyOwnedByYou", "you already own this bucket", { bucket });
     }
+  }
+
+  async bucketLocation(bucket: string): Promise<string> {
+    this.assertOpen();
+    return this.objects.bucketLocation(bucket);
   }
 
   async headBucket(bucket: string): Promise<BucketInfo> {

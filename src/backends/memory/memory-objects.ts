@@ -41,6 +41,8 @@ export type MemoryVersion = LiveObject & { inStep?: () => void };
  */
 export class MemoryObjects {
   private readonly bucketTimes = new Map<string, number>();
+  /** The LocationConstraint of the buckets created with one. */
+  private readonly bucketLocations = new Map<string, string>();
   private readonly objects = new Map<string, Map<string, ObjectRecord>>();
 
   constructor(private readonly domain: MemoryDomain) {}
@@ -61,10 +63,17 @@ export class MemoryObjects {
   }
 
   /** In a step. False when the bucket already exists. */
-  createBucket(name: string, now: number): boolean {
+  createBucket(name: string, now: number, location = ""): boolean {
     if (this.bucketTimes.has(name)) return false;
     change(this.domain, this.bucketTimes, name, now);
+    change(this.domain, this.bucketLocations, name, location === "" ? undefined : location);
     return true;
+  }
+
+  /** The bucket's LocationConstraint, "" for none; NoSuchBucket. */
+  bucketLocation(name: string): string {
+    this.requireBucket(name);
+    return this.bucketLocations.get(name) ?? "";
   }
 
   /** In a step: NoSuchBucket, BucketNotEmpty (tombstones do not count). */

@@ -4,6 +4,7 @@ import type { TxDomain } from "../../core/tx.js";
 import type {
   BucketInfo,
   CompleteUploadInput,
+  CreateBucketOptions,
   CreateUploadInput,
   DeleteObjectInput,
   FencedCommit,
@@ -172,9 +173,17 @@ export class RoutedBackend implements StorageBackend {
     return [...listed.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
-  async createBucket(bucket: string): Promise<void> {
+  /** A prefix route's location constraint is its target's (the store bucket it shares). */
+  async createBucket(bucket: string, opts?: CreateBucketOptions): Promise<void> {
     const route = this.route(bucket);
-    await route.backend.createBucket(route.target);
+    await route.backend.createBucket(route.target, opts);
+  }
+
+  async bucketLocation(bucket: string): Promise<string> {
+    const route = this.route(bucket);
+    return route.backend.bucketLocation(route.target).catch((e) => {
+      throw renameBucket(e, bucket);
+    });
   }
 
   async headBucket(bucket: string): Promise<BucketInfo> {

@@ -38,13 +38,19 @@ export class BucketOps {
     return visible.filter((b) => b !== null).sort((a, b) => compareKeys(a.name, b.name));
   }
 
-  async create(bucket: string): Promise<void> {
+  async create(bucket: string, location = ""): Promise<void> {
     const state = await this.ctx.store.bucketState(bucket);
-    if (state === "missing" && (await this.ctx.store.createBucket(bucket))) return;
+    if (state === "missing" && (await this.ctx.store.createBucket(bucket))) {
+      if (location !== "") await this.keepLocation(bucket, location);
+      return;
+    }
     if (state === "ours") {
       const marker = await this.port.bucketState(bucket);
-      // Deleted for fencegate only: it comes back with its HCTs.
-      if (marker.phase === "deleted" && (await this.port.setBucketState(bucket, marker, "live"))) return;
+      // Deleted for fencegate only: it comes back with its HCTs, and the new location constraint.
+      if (marker.phase === "deleted") {
+        await this.keepLocation(bucket, location);
+        if (await this.port.setBucketState(bucket, marker, "live")) return;
+      }
     }
     throw new DomainError(
       "BucketAlreadyOwnedByYou",
@@ -64,6 +70,29 @@ export class BucketOps {
     if ((await this.ctx.store.bucketState(bucket)) !== "missing") return;
     if (!(await this.ctx.store.createBucket(bucket))) return;
     await this.port.setBucketState(bucket, { phase: "live", since: 0, version: null }, "deleted");
+  }
+
+  /**
+   * The location constraint's record, `<m>location`, written before the bucket is answered as
+   * created (or brought back), so that a bucket never shows another bucket's constraint.
+   */
+  private async keepLocation(bucket: string, location: string): Promise<void> {
+    const name = this.ctx.layout.locationRecord;
+    if (location === "") await this.ctx.store.delete(bucket, name);
+    else
+      await this.ctx.store.put(bucket, name, {
+        body: Buffer.from(location, "utf8"),
+        contentType: "text/plain",
+      });
+  }
+
+  /** The bucket's location constraint, "" for none; NoSuchBucket. */
+  async location(bucket: string): Promise<string> {
+    const [record] = await Promise.all([
+      this.ctx.store.getText(bucket, this.ctx.layout.locationRecord),
+      this.head(bucket),
+    ]);
+    return record?.text ?? "";
   }
 
   async head(bucket: string): Promise<BucketInfo> {

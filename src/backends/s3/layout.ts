@@ -13,6 +13,8 @@ import { createHash, randomBytes } from "node:crypto";
  *   <m>p/<random>            capability probes (short-lived)
  *   <m>deleted               present while the bucket is deleted for fencegate but kept in the
  *                            store because records in it still carry HCTs
+ *   <m>location              the LocationConstraint the bucket was created with (text), when it
+ *                            had one
  */
 
 /** S3's key limit, in UTF-8 bytes. */
@@ -35,6 +37,7 @@ export class Layout {
   readonly uploads: string;
   readonly probes: string;
   readonly deletedMarker: string;
+  readonly locationRecord: string;
   /** The longest key (UTF-8 bytes) whose record fits at `<m>r/<key>`. */
   private readonly maxDirectKeyBytes: number;
 
@@ -45,6 +48,7 @@ export class Layout {
     this.uploads = `${meta}u/`;
     this.probes = `${meta}p/`;
     this.deletedMarker = `${meta}deleted`;
+    this.locationRecord = `${meta}location`;
     this.maxDirectKeyBytes = MAX_STORE_KEY_BYTES - Buffer.byteLength(this.records);
   }
 

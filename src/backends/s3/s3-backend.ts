@@ -5,6 +5,7 @@ import { runCommit } from "../../fence/commit-driver.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
+  CreateBucketOptions,
   DeleteObjectInput,
   DeleteObjectResult,
   FencedCommit,
@@ -132,10 +133,15 @@ export class S3Backend implements StorageBackend {
     return this.buckets.list();
   }
 
-  async createBucket(bucket: string): Promise<void> {
+  async createBucket(bucket: string, opts: CreateBucketOptions = {}): Promise<void> {
     this.ctx.assertOpen();
     assertValidBucketName(bucket);
-    await this.buckets.create(bucket);
+    await this.buckets.create(bucket, opts.location);
+  }
+
+  async bucketLocation(bucket: string): Promise<string> {
+    this.ctx.assertOpen();
+    return this.buckets.location(bucket);
   }
 
   async headBucket(bucket: string): Promise<BucketInfo> {

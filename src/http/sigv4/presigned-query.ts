@@ -68,8 +68,9 @@ export function parsePresignedQuery(params: readonly RawQueryParam[]): ParsedPre
   }
   if (!/^-?\d+$/.test(expires)) throw paramError("X-Amz-Expires should be a number");
   const expiresSeconds = Number(expires);
-  if (expiresSeconds < 0) throw paramError("X-Amz-Expires must be non-negative");
-  if (expiresSeconds < 1) throw paramError("X-Amz-Expires must be at least 1 second");
+  // A negative expiry (an SDK's expiresIn=-1000) is a URL that expired before it was signed:
+  // refused as expired (403 AccessDenied), as S3 refuses it, by the expiry check.
+  if (expiresSeconds === 0) throw paramError("X-Amz-Expires must be at least 1 second");
   if (expiresSeconds > MAX_PRESIGNED_EXPIRES_SECONDS) {
     throw paramError(
       "X-Amz-Expires must be less than a week (in seconds) that is; the maximum expires is 604800",

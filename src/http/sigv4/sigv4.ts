@@ -136,7 +136,8 @@ function authenticatePresigned(
   if (req.now > expiresAt) {
     throw new DomainError("AccessDenied", "Request has expired", {
       "X-Amz-Expires": String(q.expiresSeconds),
-      Expires: new Date(expiresAt).toISOString(),
+      // A negative expiry far out of range has no date to show.
+      ...(Math.abs(expiresAt) <= 8.64e15 ? { Expires: new Date(expiresAt).toISOString() } : {}),
       ServerTime: new Date(req.now).toISOString(),
     });
   }

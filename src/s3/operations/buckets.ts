@@ -34,7 +34,13 @@ export const listBuckets: S3Operation = async (req, { backend, access }) => {
 /** A CreateBucketConfiguration is a few hundred bytes; 64 KiB is generous. */
 const MAX_CREATE_BODY = 64 * 1024;
 
-export const createBucket: S3Operation = async (req, { backend }) => {
+/**
+ * The bucket keeps its LocationConstraint for GetBucketLocation. A bucket the caller already owns
+ * is answered as S3 answers it: in us-east-1, 200 with nothing changed (S3's legacy behaviour in
+ * that region: the objects and the bucket's constraint stay); in any other region 409
+ * BucketAlreadyOwnedByYou.
+ */
+export const createBucket: S3Operation = async (req, { backend, region }) => {
   checkRequestedAcl(req, "bucket");
   if (header(req, "x-amz-bucket-object-lock-enabled")?.trim().toLowerCase() === "true") {
     throw new DomainError("NotImplemented", "Object Lock is not implemented by fencegate");
@@ -42,9 +48,19 @@ export const createBucket: S3Operation = async (req, { backend }) => {
   const decoded = req.decodeBody();
   const body = await readBounded(decoded.stream, MAX_CREATE_BODY);
   await decoded.digest;
-  checkCreateBucketConfiguration(body, req.signingRegion);
-  await backend.createBucket(bucketOf(req));
-  return { status: 200, headers: { location: `/${bucketOf(req)}` } };
+  const location = checkCreateBucketConfiguration(body, req.signingRegion, region);
+  const bucket = bucketOf(req);
+  try {
+    await backend.createBucket(bucket, { location });
+  } catch (e) {
+    if (!(e instanceof DomainError && e.code === "BucketAlreadyOwnedByYou") || region !== "us-east-1")
+      throw e;
+    // Only a bucket the gateway can use is the caller's: a store bucket of another account is not.
+    await backend.headBucket(bucket).catch(() => {
+      throw e;
+    });
+  }
+  return { status: 200, headers: { location: `/${bucket}` } };
 };
 
 /** The elements S3 accepts in a CreateBucketConfiguration. */
@@ -52,13 +68,21 @@ const CONFIGURATION_ELEMENTS = new Set(["LocationConstraint", "Location", "Bucke
 
 /**
  * An optional CreateBucketConfiguration, parsed as S3 parses it (an empty body is none): the
- * root element and its children must be S3's, and a LocationConstraint must be a region name
- * this endpoint can claim. The gateway is one location that answers for every region a client
- * signs for, so it accepts us-east-1 (what it reports, as an empty LocationConstraint) and the
- * region the request was signed for, and refuses others as a regional S3 endpoint does.
+ * root element and its children must be S3's, and a LocationConstraint must be a location this
+ * endpoint can claim. The gateway is one location that answers for every region a client signs
+ * for, so it accepts its own region (server.region), us-east-1, the region the request was
+ * signed for, and `default` (the name S3-compatible servers such as Ceph give their one
+ * location, which conformance suites send); it refuses other region names as a regional S3
+ * endpoint does (IllegalLocationConstraintException) and anything else as not a location
+ * (InvalidLocationConstraint). Returns the constraint the bucket keeps: "" for none and for
+ * us-east-1, which S3 reports as an empty LocationConstraint.
  */
-export function checkCreateBucketConfiguration(body: Buffer, signingRegion: string): void {
-  if (body.toString("utf8").trim() === "") return;
+export function checkCreateBucketConfiguration(
+  body: Buffer,
+  signingRegion: string,
+  region = "us-east-1",
+): string {
+  if (body.toString("utf8").trim() === "") return "";
   const doc = parseXmlDocument(body, "CreateBucketConfiguration");
   for (const name of Object.keys(doc)) {
     if (name === "#text" && String(doc[name]).trim() === "") continue;
@@ -71,23 +95,25 @@ export function checkCreateBucketConfiguration(body: Buffer, signingRegion: stri
     throw new DomainError("NotImplemented", "Bucket tags are not implemented by fencegate");
   }
   const constraint = text(doc, "LocationConstraint")?.trim() ?? "";
-  if (constraint === "") return;
+  if (constraint === "" || constraint === "us-east-1") return "";
+  if (constraint === "default" || constraint === region) return constraint;
   if (!/^[a-z]{2}(-[a-z]+)+-\d{1,2}$/.test(constraint) && constraint !== "EU") {
     throw new DomainError("InvalidLocationConstraint", "The specified location-constraint is not valid", {
       LocationConstraint: constraint.slice(0, 64),
     });
   }
-  if (constraint !== "us-east-1" && constraint !== signingRegion) {
+  if (constraint !== signingRegion) {
     throw new DomainError(
       "IllegalLocationConstraintException",
       `The ${constraint} location constraint is incompatible for the region specific endpoint this request was sent to.`,
     );
   }
+  return constraint;
 }
 
-export const headBucket: S3Operation = async (req, { backend }) => {
+export const headBucket: S3Operation = async (req, { backend, region }) => {
   await backend.headBucket(bucketOf(req));
-  return { status: 200, headers: { "x-amz-bucket-region": "us-east-1" } };
+  return { status: 200, headers: { "x-amz-bucket-region": region } };
 };
 
 export const deleteBucket: S3Operation = async (req, { backend, fencer }) => {
@@ -96,10 +122,13 @@ export const deleteBucket: S3Operation = async (req, { backend, fencer }) => {
   return { status: 204 };
 };
 
+/** The constraint the bucket was created with; none (us-east-1) as an empty element, as S3 does. */
 export const getBucketLocation: S3Operation = async (req, { backend }) => {
-  await backend.headBucket(bucketOf(req));
-  // us-east-1 is reported as an empty LocationConstraint, as S3 does.
-  return { status: 200, xml: { root: "LocationConstraint", body: {} } };
+  const location = await backend.bucketLocation(bucketOf(req));
+  return {
+    status: 200,
+    xml: { root: "LocationConstraint", body: location === "" ? {} : { "#text": location } },
+  };
 };
 
 export function bucketOf(req: S3Request): string {

@@ -12,6 +12,8 @@ export type S3Services = {
   fencer: WriteFencer;
   /** What each access key may read and write (src/access/access-policy.ts). */
   access: AccessPolicy;
+  /** The region the gateway answers as (server.region). */
+  region: string;
   /** Multipart uploads this gateway completed lately, for retried completions (none: not answered). */
   completions?: CompletedUploads;
 };

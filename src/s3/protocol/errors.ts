@@ -72,6 +72,7 @@ const S3_WIRE: Record<DomainErrorCode, Wire> = {
   InvalidRequest: ["InvalidRequest", 400],
   InvalidURI: ["InvalidURI", 400],
   MethodNotAllowed: ["MethodNotAllowed", 405],
+  ExpectationFailed: ["ExpectationFailed", 417],
   NotImplemented: ["NotImplemented", 501],
   NoSuchEndpoint: ["InvalidRequest", 400],
   BadRequest: ["BadRequest", 400],

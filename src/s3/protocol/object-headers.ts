@@ -4,7 +4,7 @@ import { DomainError } from "../../core/errors.js";
 import { headerValue } from "../../http/sigv4/index.js";
 import type { S3Request } from "./context.js";
 import { FENCE_TOKEN_META_HEADER } from "./fence-token.js";
-import { decodeMetadataValue, encodeMetadataValue } from "./metadata-encoding.js";
+import { decodeMetadataValue, encodeMetadataValue, metadataValueBytes } from "./metadata-encoding.js";
 
 const META_PREFIX = "x-amz-meta-";
 /** S3 limits user metadata to 2 KiB (names and values, UTF-8). */
@@ -92,7 +92,7 @@ function withoutAwsChunked(value: string): string | undefined {
 function checkMetadataSize(userMetadata: Record<string, string>): void {
   let bytes = 0;
   for (const [name, value] of Object.entries(userMetadata))
-    bytes += Buffer.byteLength(name) + Buffer.byteLength(value);
+    bytes += Buffer.byteLength(name) + metadataValueBytes(value);
   if (bytes > MAX_USER_METADATA_BYTES) {
     throw new DomainError(
       "MetadataTooLarge",

@@ -16,7 +16,9 @@ export function renderXml(root: string, body: XmlNode, { namespace = true } = {}
 function renderChildren(node: XmlNode): string {
   let out = "";
   for (const [name, value] of Object.entries(node)) {
-    if (!name.startsWith("@")) out += renderElement(name, value);
+    // `#text`: the element's own text (an element with text content, no children).
+    if (name === "#text") out += value === undefined || value === null ? "" : escapeXml(String(value));
+    else if (!name.startsWith("@")) out += renderElement(name, value);
   }
   return out;
 }

@@ -174,7 +174,10 @@ describe("azure backend on Azurite", () => {
       );
       const names: string[] = [];
       for await (const item of direct.getContainerClient(bucket).listBlobsFlat()) names.push(item.name);
-      expect(names).toEqual([`.fencegate/parts/${uploadId}/00001`, `.fencegate/uploads/${uploadId}`]);
+      expect(names).toEqual([
+        expect.stringMatching(new RegExp(`^\\.fencegate/parts/${uploadId}/00001\\.[0-9a-f]{32}$`)),
+        `.fencegate/uploads/${uploadId}`,
+      ]);
       expect((await backend.listObjects({ bucket, maxKeys: 10 })).objects).toEqual([]);
       await expect(backend.headObject(bucket, `.fencegate/uploads/${uploadId}`)).rejects.toMatchObject({
         code: "NoSuchKey",

@@ -167,7 +167,17 @@ describe("SigV4 presigned URLs", () => {
       expectError(() => authenticateRequest({ ...req, now: T0 - 16 * 60_000 }, lookup), "AccessDenied");
     });
 
-    it.each(["604801", "0", "-1", "abc", "1.5", ""])("refuses X-Amz-Expires=%s", async (value) => {
+    it.each(["-1", "-1000", "-99999999999999999999999"])(
+      "refuses X-Amz-Expires=%s as expired (403 AccessDenied), as S3 does",
+      async (value) => {
+        const req = await presigned();
+        const rawQuery = setParam(req.rawQuery, "X-Amz-Expires", value);
+        const err = expectError(() => authenticateRequest({ ...req, rawQuery }, lookup), "AccessDenied", 403);
+        expect(err.message).toBe("Request has expired");
+      },
+    );
+
+    it.each(["604801", "0", "abc", "1.5", ""])("refuses X-Amz-Expires=%s", async (value) => {
       const req = await presigned();
       const rawQuery = setParam(req.rawQuery, "X-Amz-Expires", value);
       expectError(
