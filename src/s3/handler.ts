@@ -29,7 +29,10 @@ export type S3HandlerOptions = {
 };
 
 type Bindings = { incoming: IncomingMessage; outgoing: ServerResponse };
-export type S3Env = { Bindings: Bindings; Variables: { requestId: string; log: Logger; summary?: RequestSummary } };
+export type S3Env = {
+  Bindings: Bindings;
+  Variables: { requestId: string; log: Logger; summary?: RequestSummary };
+};
 
 /**
  * A request refused before its fencing decision, as the audit log records it: a write, a request
