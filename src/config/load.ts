@@ -164,7 +164,9 @@ function envBackend(env: Env, fileBackend: unknown, source: string): Record<stri
 /** The lease store named by FENCEGATE_REDIS_URL or FENCEGATE_REDLOCK_URLS, over the file's. */
 function envLeaseStore(env: Env, fileStore: unknown): Record<string, unknown> | undefined {
   if (env.FENCEGATE_REDIS_URL && env.FENCEGATE_REDLOCK_URLS) {
-    throw new ConfigError("set FENCEGATE_REDIS_URL (one Redis) or FENCEGATE_REDLOCK_URLS (several), not both");
+    throw new ConfigError(
+      "set FENCEGATE_REDIS_URL (one Redis) or FENCEGATE_REDLOCK_URLS (several), not both",
+    );
   }
   let own: Record<string, unknown>;
   if (env.FENCEGATE_REDIS_URL) own = { type: "redis", url: env.FENCEGATE_REDIS_URL };
@@ -208,7 +210,8 @@ function deepMerge(a: Record<string, unknown>, b: Record<string, unknown>): Reco
   const out: Record<string, unknown> = { ...a };
   for (const [k, v] of Object.entries(b)) {
     const prev = out[k];
-    const sameKind = isPlainObject(prev) && isPlainObject(v) && (v.type === undefined || v.type === prev.type);
+    const sameKind =
+      isPlainObject(prev) && isPlainObject(v) && (v.type === undefined || v.type === prev.type);
     out[k] = sameKind ? deepMerge(prev, v) : v;
   }
   return out;
