@@ -33,15 +33,16 @@ function waitForLine(
       if (m) {
         clearTimeout(timer);
         child.stdout?.off("data", onData);
+        child.stderr?.off("data", onData);
         // Keep draining: a full pipe would block the child.
         child.stdout?.resume();
+        child.stderr?.resume();
         resolvePromise(m[1] ?? m[0]);
       }
     };
     child.stdout!.on("data", onData);
-    child.stderr!.on("data", (d) => {
-      out += d;
-    });
+    // The gateway prints its banner on stderr (stdout is its JSON log).
+    child.stderr!.on("data", onData);
     child.once("exit", (code, signal) => {
       clearTimeout(timer);
       reject(new Error(`${what} exited (${signal ?? code}) before it started:\n${out}`));

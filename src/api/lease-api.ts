@@ -80,7 +80,16 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   app.get("/health/live", (c) => c.json(opts.health.live()));
 
   // The OpenAPI description of this API; like /health, readable without signing.
-  app.get("/openapi.json", (c) => c.json(openapi));
+  app.get("/openapi.json", (c) =>
+    c.json(
+      servedBy(
+        openapi,
+        c.req.header("host"),
+        c.req.header("x-forwarded-host"),
+        c.req.header("x-forwarded-proto"),
+      ),
+    ),
+  );
 
   app.use("*", async (c, next) => {
     const { principal, body } = await opts.authenticate(c);
@@ -243,4 +252,27 @@ function isoParam(name: string, value: string | undefined): string | undefined {
 
 function invalid(message: string): DomainError {
   return new DomainError("InvalidRequest", message);
+}
+
+const HOST = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/;
+
+/**
+ * The OpenAPI document naming the server that serves it: the address the client used (Host, or
+ * X-Forwarded-Host and X-Forwarded-Proto behind a proxy), so that tools generate calls to this
+ * gateway. A Host that is not a host name or address keeps the document's default server.
+ */
+export function servedBy<D extends { servers?: unknown[] }>(
+  doc: D,
+  host: string | undefined,
+  forwardedHost: string | undefined,
+  forwardedProto: string | undefined,
+): D {
+  const name = (forwardedHost?.split(",")[0] ?? host ?? "").trim();
+  if (!HOST.test(name)) return doc;
+  const proto = forwardedProto?.split(",")[0]?.trim().toLowerCase();
+  const scheme = proto === "https" || proto === "http" ? proto : "http";
+  return {
+    ...doc,
+    servers: [{ url: `${scheme}://${name}/_fence/v1`, description: "the gateway that served this document" }],
+  };
 }

@@ -42,7 +42,8 @@ export async function serveCommand(values: {
         ? `  credentials:   AWS_ACCESS_KEY_ID=${DEV_ACCESS_KEY_ID} AWS_SECRET_ACCESS_KEY=${DEV_SECRET_ACCESS_KEY} (development defaults, loopback only)`
         : "  credentials:   as configured",
     ];
-    process.stdout.write(`${lines.join("\n")}\n`);
+    // On stderr: stdout carries the JSON log, one record per line, for log shippers and jq.
+    process.stderr.write(`${lines.join("\n")}\n`);
   } catch (e) {
     if (e instanceof ConfigError) throw new CliError(e.message, EXIT.config);
     if ((e as NodeJS.ErrnoException).code === "EADDRINUSE") {

@@ -53,11 +53,81 @@ export class LeaseHeldError extends FenceApiError {
 }
 
 /**
- * The lease is gone for this holder: 409 LeaseLost from the gateway (expired or superseded), or
- * (status 0, code LeaseExpired) not renewed before its expiry as this client measured it.
+ * Why a lease was lost, in words that say what happened:
+ * - `broken`: an administrator broke it (`fencegate lease break`, `FenceClient.breakLease`);
+ * - `expired`: it was not renewed in time;
+ * - `superseded`: it expired and the resource was leased again, with a newer token;
+ * - `released`: it was released, by its holder or an administrator;
+ * - `unknown`: the gateway refused the lease without saying why (e.g. it no longer knows it).
+ */
+export type LeaseLossReason = "broken" | "expired" | "superseded" | "released" | "unknown";
+
+export type LeaseLossDetails = {
+  leaseId?: string;
+  /** The newer lease's token, for `superseded`. */
+  supersededBy?: number;
+  /** The access key that broke or released the lease, when known. */
+  by?: string | null;
+  /** For `unknown`: what the gateway said. */
+  cause?: string;
+};
+
+/**
+ * One sentence on a lost lease, e.g. "lease L1 was broken by an administrator (root)" or "lease
+ * L1 was superseded by token 43". The same words everywhere: the SDK's LeaseLostError, the
+ * command line (`fencegate run`).
+ */
+export function describeLeaseLoss(reason: LeaseLossReason, details: LeaseLossDetails = {}): string {
+  const lease = details.leaseId ? `lease ${details.leaseId}` : "the lease";
+  const by = details.by ? ` (${details.by})` : "";
+  switch (reason) {
+    case "broken":
+      return `${lease} was broken by an administrator${by}`;
+    case "expired":
+      return `${lease} expired (not renewed in time)`;
+    case "superseded":
+      return details.supersededBy !== undefined
+        ? `${lease} was superseded by token ${details.supersededBy} (it had expired, and the resource was leased again)`
+        : `${lease} was superseded by a newer lease (it had expired, and the resource was leased again)`;
+    case "released":
+      return `${lease} was released${by}`;
+    default:
+      return `${lease} was lost${details.cause ? `: ${details.cause}` : ""}`;
+  }
+}
+
+export type LeaseLostErrorInit = FenceApiErrorInit & {
+  reason?: LeaseLossReason;
+  supersededBy?: number;
+  by?: string | null;
+};
+
+/**
+ * The lease is gone for this holder: 409 LeaseLost from the gateway, or (status 0, code
+ * LeaseExpired) not renewed before its expiry as this client measured it. `reason` says why
+ * (broken, expired, superseded, released, or unknown); a Lease handle asks the audit log when
+ * the gateway's answer alone does not tell (a break and a release answer alike).
  */
 export class LeaseLostError extends FenceApiError {
   override name = "LeaseLostError";
+  readonly reason: LeaseLossReason;
+  /** The newer lease's token, when `reason` is `superseded`. */
+  readonly supersededBy: number | undefined;
+  /** Who broke or released the lease (an access key id), when known. */
+  readonly by: string | null;
+  constructor(init: LeaseLostErrorInit) {
+    super(init);
+    this.reason = init.reason ?? reasonOfAnswer(init.code, this.details);
+    this.supersededBy = init.supersededBy;
+    this.by = init.by ?? null;
+  }
+}
+
+/** What the gateway's own answer says: a renewal refused with {"reason": "released" | "expired"}. */
+function reasonOfAnswer(code: string, details: Record<string, unknown>): LeaseLossReason {
+  if (details.reason === "released") return "released";
+  if (details.reason === "expired" || code === "LeaseExpired") return "expired";
+  return "unknown";
 }
 
 /** 404: no such lease, or it was released. */

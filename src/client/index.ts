@@ -8,18 +8,23 @@
 export {
   AccessDeniedError,
   AuthenticationError,
+  describeLeaseLoss,
   FenceApiError,
   type FenceApiErrorInit,
   FenceConnectionError,
   type HeldBy,
   InvalidRequestError,
   LeaseHeldError,
+  type LeaseLossDetails,
+  type LeaseLossReason,
   LeaseLostError,
+  type LeaseLostErrorInit,
   LeaseNotFoundError,
   LeaseStoreUnavailableError,
 } from "./errors.js";
 export { type CallOptions, FenceClient, type FenceClientOptions, type RetryOptions } from "./fence-client.js";
 export { Lease, type LeaseApi, type LeaseOptions, type LeaseState } from "./lease.js";
+export { explainLeaseLoss, type LeaseLossExplanation } from "./lease-loss.js";
 export {
   BOUND_FENCING_TOKEN_NAME,
   bindFencingToken,

@@ -1,4 +1,5 @@
 import { AccessDeniedError, type FenceApiError, LeaseLostError, LeaseNotFoundError } from "./errors.js";
+import { type AuditReader, explainLeaseLoss, lossError } from "./lease-loss.js";
 import {
   bindFencingToken,
   type CommandSender,
@@ -11,6 +12,8 @@ import type { LeaseRecord } from "./types.js";
 export type LeaseApi = {
   renew(leaseId: string, ttlMs?: number, opts?: { signal?: AbortSignal }): Promise<LeaseRecord>;
   release(leaseId: string): Promise<void>;
+  /** The audit log, asked why a lease was lost when the gateway's answer does not say. */
+  audit?: AuditReader;
 };
 
 export type LeaseOptions = {
@@ -31,6 +34,13 @@ export type LeaseOptions = {
 };
 
 export type LeaseState = "held" | "lost" | "released";
+
+/**
+ * How long the audit log is given to say why a lease was lost (broken, released, superseded)
+ * before the loss is signalled with what the gateway's answer said. Writes through the handle
+ * fail at once either way.
+ */
+const EXPLAIN_LOSS_MS = 1_000;
 
 /** How soon a failed renewal is tried again: a quarter of the time left, within these bounds. */
 const RETRY_MIN_MS = 50;
@@ -53,6 +63,8 @@ export class Lease implements AsyncDisposable {
   readonly #releases: boolean;
   #record: LeaseRecord;
   #state: LeaseState = "held";
+  /** Set once lost: the error throwIfLost() throws (and the signal's reason, once it fired). */
+  #lostError: LeaseLostError | undefined;
   /** performance.now() by which the lease is surely renewed or gone. */
   #deadline: number;
   #renewTimer: NodeJS.Timeout | undefined;
@@ -108,7 +120,7 @@ export class Lease implements AsyncDisposable {
 
   /** Throws the LeaseLostError if the lease is lost, or an error if it was released. */
   throwIfLost(): void {
-    if (this.#state === "lost") throw this.#controller.signal.reason;
+    if (this.#state === "lost") throw this.#lostError;
     if (this.#state === "released") throw new Error(`lease ${this.leaseId} was released`);
   }
 
@@ -148,7 +160,7 @@ export class Lease implements AsyncDisposable {
       return record;
     } catch (e) {
       if (isLoss(e)) this.#lose(e);
-      throw this.#state === "lost" ? this.#controller.signal.reason : e;
+      throw this.#state === "lost" ? this.#lostError : e;
     }
   }
 
@@ -223,31 +235,49 @@ export class Lease implements AsyncDisposable {
     clearTimeout(this.#expiryTimer);
     const left = Math.max(0, this.#deadline - performance.now());
     this.#expiryTimer = setTimeout(() => {
-      this.#lose(
-        new LeaseLostError({
-          status: 0,
-          code: "LeaseExpired",
-          message: `lease ${this.leaseId} was not renewed before it expired`,
-        }),
-      );
+      // Measured here: nothing was answered, so nothing else is known.
+      this.#lose(lossError(this.leaseId, { reason: "expired" }), false);
     }, left);
     this.#expiryTimer.unref();
   }
 
-  #lose(cause: FenceApiError): void {
+  /**
+   * Ends the handle at once (writes through it fail from now on), then signals the loss: after
+   * asking the audit log why (bounded by EXPLAIN_LOSS_MS) when the gateway refused the lease,
+   * since its answer says "released" for a break too and "expired" for a superseded lease.
+   */
+  #lose(cause: FenceApiError, explain = true): void {
     if (this.#state !== "held") return;
     this.#state = "lost";
     this.#stopTimers();
-    const error =
-      cause instanceof LeaseLostError
-        ? cause
-        : new LeaseLostError({
-            status: cause.status,
-            code: cause.code,
-            message: `lease ${this.leaseId} lost: ${cause.message}`,
-            body: cause.body,
-            requestId: cause.requestId,
-          });
+    const answered =
+      cause instanceof LeaseLostError && cause.reason !== "unknown"
+        ? { reason: cause.reason, supersededBy: cause.supersededBy, by: cause.by }
+        : null;
+    const provisional = lossError(this.leaseId, answered, cause);
+    this.#lostError = provisional;
+    const audit = this.#api.audit;
+    if (!explain || !audit) {
+      this.#signalLoss(provisional);
+      return;
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<null>((resolve) => {
+      timer = setTimeout(() => resolve(null), EXPLAIN_LOSS_MS);
+      timer.unref();
+    });
+    void Promise.race([
+      explainLeaseLoss((q) => audit.call(this.#api, q), this.#record).catch(() => null),
+      bound,
+    ]).then((why) => {
+      clearTimeout(timer);
+      const error = why ? lossError(this.leaseId, why, cause) : provisional;
+      this.#lostError = error;
+      this.#signalLoss(error);
+    });
+  }
+
+  #signalLoss(error: LeaseLostError): void {
     this.#controller.abort(error);
     this.#onLost?.(error);
   }

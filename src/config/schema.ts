@@ -31,10 +31,12 @@ const credential = z
   })
   .strict();
 
-const signingKey = z.object({
-  id: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "letters, digits, _ and - only (1-64)"),
-  secret: z.string().min(16, "at least 16 characters"),
-});
+const signingKey = z
+  .object({
+    id: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "letters, digits, _ and - only (1-64)"),
+    secret: z.string().min(16, "at least 16 characters"),
+  })
+  .strict();
 
 const fsBackend = z.object({ type: z.literal("fs"), root: z.string().optional() }).strict();
 
@@ -150,9 +152,9 @@ const legacyEpochs = z
   .strict()
   .optional();
 
-const leaseStore = z.discriminatedUnion("type", [
-  z.object({ type: z.literal("embedded") }),
-  z.object({
+const embeddedLeaseStore = z.object({ type: z.literal("embedded") }).strict();
+const redisLeaseStore = z
+  .object({
     type: z.literal("redis"),
     url: z.string().min(1),
     /** Every key starts with this (a hash tag: one cluster slot), the same for every replica. */
@@ -167,8 +169,10 @@ const leaseStore = z.discriminatedUnion("type", [
      * before the loss has certainly expired.
      */
     quarantineAfterLoss: z.boolean().default(false),
-  }),
-  z.object({
+  })
+  .strict();
+const redlockLeaseStore = z
+  .object({
     type: z.literal("redlock"),
     /** Independent Redis masters (3 or 5): a majority must agree on every lease operation. */
     urls: z.array(z.string().min(1)).min(1),
@@ -177,8 +181,21 @@ const leaseStore = z.discriminatedUnion("type", [
     epochs: legacyEpochs,
     /** A command unanswered by an instance after this long counts as no answer. Default 2 s. */
     commandTimeoutMs: z.number().int().min(50).max(60_000).optional(),
-  }),
-]);
+  })
+  .strict();
+const leaseStore = z.discriminatedUnion("type", [embeddedLeaseStore, redisLeaseStore, redlockLeaseStore]);
+
+/** The fields a backend of this type has (a backend section changing type keeps these). */
+export function backendFieldNames(type: string): readonly string[] {
+  const spec = { fs: fsBackend, s3: s3Backend, azure: azureBackend }[type];
+  return spec ? Object.keys(spec.shape) : [];
+}
+
+/** The fields a lease store of this type has. */
+export function leaseStoreFieldNames(type: string): readonly string[] {
+  const spec = { embedded: embeddedLeaseStore, redis: redisLeaseStore, redlock: redlockLeaseStore }[type];
+  return spec ? Object.keys(spec.shape) : [];
+}
 
 /** The audit log: embedded, or one log in Redis shared by every replica, with its retention. */
 const audit = z

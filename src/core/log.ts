@@ -3,6 +3,23 @@ import pino, { type Logger } from "pino";
 export type { Logger };
 
 /**
+ * What the request log line says about one request besides its method, path, status and
+ * duration: filled in by the handler as it learns it (src/s3/handler.ts), logged by the gateway
+ * once the answer is ready. `token` is the fencing token's number, never the signed string.
+ */
+export type RequestSummary = {
+  principal?: string | null;
+  operation?: string;
+  bucket?: string | null;
+  key?: string | null;
+  token?: number | null;
+  /** accepted, rejected, or unknown (the outcome of a write the store did not answer). */
+  decision?: "accepted" | "rejected" | "unknown";
+  /** The error code of a refused or failed request. */
+  code?: string;
+};
+
+/**
  * JSON logs on stdout. Secrets never reach a log line: credentials, signatures, fencing
  * token strings and the Authorization header are redacted wherever they appear.
  *

@@ -290,8 +290,28 @@ export class WriteFencer {
       highestToken = await this.opts.highestToken(ctx.bucket, ctx.key).catch(() => null);
       if (highestToken !== null && isDomainError(err)) err.details.highestToken = highestToken;
     }
-    await this.record(ctx, auth, { decision: "rejected", reason, highestToken });
+    // Nor is a lease store that just failed asked for the lease's owner.
+    const leasesDown = storeDown || (isDomainError(err) && err.code === "LeaseStoreUnavailable");
+    const owner = auth?.fenced ? auth.lease.owner : leasesDown ? null : await this.ownerOfClaimed(ctx);
+    const draft = this.draft(ctx, auth, { decision: "rejected", reason, highestToken }, owner);
+    // The request log names the token of a refused write too (its number, never the string).
+    if (isDomainError(err) && draft.token !== null && err.details.token === undefined) {
+      err.details.token = draft.token;
+    }
+    await this.record(ctx, auth, { decision: "rejected", reason, highestToken }, owner);
     markAudited(err);
+  }
+
+  /**
+   * The owner of the lease a refused write's verified token names (refused before its lease was
+   * looked up, or because it was superseded or ended): the audit record says whose write it was.
+   * Null when the token does not verify or the lease store no longer knows the lease.
+   */
+  private async ownerOfClaimed(ctx: WriteContext): Promise<string | null> {
+    const claims = verifiedClaims(ctx, this.opts.keyring);
+    if (!claims) return null;
+    const lease = await this.opts.leases.get(claims.leaseId).catch(() => null);
+    return lease?.owner ?? null;
   }
 
   /**
@@ -303,8 +323,9 @@ export class WriteFencer {
     ctx: WriteContext,
     auth: AuthorizedWrite | undefined,
     outcome: Pick<AuditDraft, "decision" | "reason" | "highestToken">,
+    owner?: string | null,
   ): Promise<void> {
-    const draft = this.draft(ctx, auth, outcome);
+    const draft = this.draft(ctx, auth, outcome, owner);
     try {
       if (outcome.decision === "accepted") {
         await this.opts.audit.appendOnce(draft, outcomeKey(ctx.requestId, ctx.bucket, ctx.key));
@@ -320,6 +341,8 @@ export class WriteFencer {
     ctx: WriteContext,
     auth: AuthorizedWrite | undefined,
     outcome: Pick<AuditDraft, "decision" | "reason" | "highestToken">,
+    /** The lease's owner when `auth` does not hold it (a write refused before its lease was judged). */
+    owner: string | null = null,
   ): AuditDraft {
     const claims = auth?.fenced ? auth.claims : verifiedClaims(ctx, this.opts.keyring);
     return {
@@ -329,7 +352,7 @@ export class WriteFencer {
       prefix: null,
       token: claims?.token ?? null,
       leaseId: claims?.leaseId ?? null,
-      owner: auth?.fenced ? auth.lease.owner : null,
+      owner: auth?.fenced ? auth.lease.owner : owner,
       principal: ctx.principal,
       requestId: ctx.requestId,
       ...outcome,

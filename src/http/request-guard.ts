@@ -36,7 +36,7 @@ export function guardRequests(
     if (problem) {
       const requestId = newRequestId();
       const answer = opts.render(problem, { target: req.url, host: req.headers.host }, requestId);
-      opts.log.info({ code: problem.code, msg: problem.message }, "request refused before routing");
+      opts.log.info({ code: problem.code, reason: problem.message }, "request refused before routing");
       res.writeHead(answer.status, {
         "content-type": answer.contentType,
         "content-length": Buffer.byteLength(answer.body),

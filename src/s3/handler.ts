@@ -4,7 +4,7 @@ import type { Context } from "hono";
 import type { VerifiedBody } from "../backends/storage-backend.js";
 import { DomainError, isDomainError } from "../core/errors.js";
 import { assertValidObjectKey } from "../core/key-rules.js";
-import type { Logger } from "../core/log.js";
+import type { Logger, RequestSummary } from "../core/log.js";
 import type { RequestAuthenticator } from "../http/authenticator.js";
 import { continueBody } from "../http/expect-continue.js";
 import { nodeBodyResponse } from "../http/node-body.js";
@@ -29,7 +29,10 @@ export type S3HandlerOptions = {
 };
 
 type Bindings = { incoming: IncomingMessage; outgoing: ServerResponse };
-export type S3Env = { Bindings: Bindings; Variables: { requestId: string; log: Logger } };
+export type S3Env = {
+  Bindings: Bindings;
+  Variables: { requestId: string; log: Logger; summary?: RequestSummary };
+};
 
 /**
  * A request refused before its fencing decision, as the audit log records it: a write, a request
@@ -52,6 +55,7 @@ export function s3Handler(opts: S3HandlerOptions) {
     const incoming = c.env.incoming;
     const requestId = c.get("requestId");
     const log = c.get("log");
+    const summary: RequestSummary = c.get("summary") ?? {};
     const { rawPath, rawQuery } = splitRawUrl(incoming.url);
     const method = incoming.method ?? "GET";
     let resource = rawPath;
@@ -67,6 +71,10 @@ export function s3Handler(opts: S3HandlerOptions) {
         query,
         headers: incoming.headers,
       });
+      summary.operation = route.name;
+      summary.bucket = addressed.bucket;
+      summary.key = addressed.key;
+      summary.principal = claimedAccessKeyId(incoming.headers, query);
       // Known before authentication: a write refused for its signature is a write decision too.
       if (route.write) {
         refusal = {
@@ -107,6 +115,7 @@ export function s3Handler(opts: S3HandlerOptions) {
         throw err;
       }
       if (refusal) refusal.principal = auth.accessKeyId;
+      summary.principal = auth.accessKeyId;
       const req: S3Request = {
         requestId,
         method,
@@ -143,9 +152,16 @@ export function s3Handler(opts: S3HandlerOptions) {
       }
       log.debug({ op: route.name, bucket: req.bucket, key: req.key, principal: req.principal }, "s3 request");
       const res = await route.run(req, opts.services);
+      const accepted = Number(res.headers?.["x-fence-token-accepted"]);
+      if (Number.isSafeInteger(accepted)) summary.token = accepted;
+      summary.decision = "accepted";
       return toResponse(res, method, c.env.outgoing);
     } catch (err) {
       const s3err = toS3Error(err);
+      summary.decision = s3err.outcome === "unknown" ? "unknown" : "rejected";
+      summary.code = s3err.code;
+      const token = isDomainError(err) ? err.details.token : undefined;
+      if (typeof token === "number") summary.token = token;
       logOutcome(log, err, s3err);
       if (refusal) {
         // A fresh copy for the log: the fencer adds the object's HCT to the error it records, and
@@ -176,10 +192,10 @@ function logOutcome(log: Logger, err: unknown, s3err: S3WireError): void {
   if (!isDomainError(err) || err.code === "InternalError") log.error({ err }, "request failed");
   else if (s3err.status >= 500 && s3err.status !== 501) {
     log.error(
-      { code: s3err.code, status: s3err.status, msg: s3err.message, cause: err.cause },
+      { code: s3err.code, status: s3err.status, reason: s3err.message, cause: err.cause },
       "request failed",
     );
-  } else log.info({ code: s3err.code, status: s3err.status, msg: s3err.message }, "request refused");
+  } else log.info({ code: s3err.code, status: s3err.status, reason: s3err.message }, "request refused");
 }
 
 /** Aborted when the connection closes before the response is complete. */

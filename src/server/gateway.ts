@@ -10,7 +10,7 @@ import { resolveSecrets } from "../config/resolve.js";
 import type { Config } from "../config/schema.js";
 import { type Clock, systemClock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
-import { createLogger, type Logger } from "../core/log.js";
+import { createLogger, type Logger, type RequestSummary } from "../core/log.js";
 import { Outcomes } from "../fence/outcomes.js";
 import { WriteFencer } from "../fence/write-fencer.js";
 import { fencingWithRecords } from "../fence/write-notes.js";
@@ -115,8 +115,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const requestId = newRequestId();
     const requestLog = log.child({ requestId });
     const started = performance.now();
+    const summary: RequestSummary = {};
     c.set("requestId", requestId);
     c.set("log", requestLog);
+    c.set("summary", summary);
     requestIds.set(c.env.incoming, requestId);
     await next();
     // The path only: a query string may hold a presigned signature or a fencing token.
@@ -125,7 +127,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         method: c.req.method,
         path: c.req.path,
         status: c.res.status,
-        ms: Math.round(performance.now() - started),
+        ...summary,
+        durationMs: Math.round((performance.now() - started) * 10) / 10,
       },
       "request",
     );

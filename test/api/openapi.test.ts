@@ -8,7 +8,8 @@ import { createResponseChecker, describedOperations, type OpenApiDoc } from "../
 import { checkedResponses } from "../support/openapi-recorder.js";
 
 const DOC_PATH = join(ROOT, "src/api/openapi.json");
-const doc = JSON.parse(readFileSync(DOC_PATH, "utf8")) as OpenApiDoc;
+type Served = OpenApiDoc & { servers: { url: string; description?: string }[] };
+const doc = JSON.parse(readFileSync(DOC_PATH, "utf8")) as Served;
 
 let gw: TestGateway;
 beforeAll(async () => {
@@ -23,7 +24,23 @@ describe("the OpenAPI document", () => {
     const res = await fetch(`${gw.url}/_fence/v1/openapi.json`);
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toMatch(/^application\/json/);
-    expect(await res.json()).toEqual(doc);
+    const served = (await res.json()) as Served;
+    expect({ ...served, servers: doc.servers }).toEqual(doc);
+    // It names the gateway that serves it, on whatever port that is.
+    expect(served.servers).toEqual([
+      { url: `${gw.url}/_fence/v1`, description: "the gateway that served this document" },
+    ]);
+  });
+
+  it("names the address a proxy in front was asked on, and ignores a Host that is no host", async () => {
+    const proxied = await fetch(`${gw.url}/_fence/v1/openapi.json`, {
+      headers: { "x-forwarded-host": "fence.example.com", "x-forwarded-proto": "https" },
+    });
+    expect(((await proxied.json()) as Served).servers[0]?.url).toBe("https://fence.example.com/_fence/v1");
+    const odd = await fetch(`${gw.url}/_fence/v1/openapi.json`, {
+      headers: { "x-forwarded-host": "evil.example/<script>" },
+    });
+    expect(((await odd.json()) as Served).servers).toEqual(doc.servers);
   });
 
   it("is OpenAPI 3.1 whose references all resolve and whose path parameters are all declared", () => {

@@ -170,7 +170,7 @@ describe("contract environment variables", () => {
       loadConfig({ FENCEGATE_BACKEND: "azure", FENCEGATE_AZURE_CONNECTION_STRING: conn }).backend,
     ).toEqual({ type: "azure", connectionString: conn, requestTimeoutMs: 30_000 });
     expect(configError(() => loadConfig({ FENCEGATE_BACKEND: "azure" })).message).toContain(
-      "backend.connectionString",
+      "FENCEGATE_AZURE_CONNECTION_STRING",
     );
     expect(configError(() => loadConfig({ FENCEGATE_BACKEND: "gcs" })).message).toContain(
       "FENCEGATE_BACKEND",
