@@ -29,7 +29,11 @@ export type S3HandlerOptions = {
 };
 
 type Bindings = { incoming: IncomingMessage; outgoing: ServerResponse };
-export type S3Env = { Bindings: Bindings; Variables: { requestId: string; log: Logger } };
+export type S3Env = {
+  Bindings: Bindings;
+  /** `op`: the S3 operation the request was routed to, once known (metrics, logs). */
+  Variables: { requestId: string; log: Logger; op?: string };
+};
 
 /**
  * A request refused before its fencing decision, as the audit log records it: a write, a request
@@ -67,6 +71,7 @@ export function s3Handler(opts: S3HandlerOptions) {
         query,
         headers: incoming.headers,
       });
+      c.set("op", route.name);
       // Known before authentication: a write refused for its signature is a write decision too.
       if (route.write) {
         refusal = {
