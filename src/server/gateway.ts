@@ -292,17 +292,6 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const { port } = server.address() as AddressInfo;
   const host = config.server.host;
   const url = `http://${host.includes(":") ? `[${host}]` : host}:${port}`;
-  const metricsListener =
-    metricsSettings.port === undefined
-      ? undefined
-      : await startMetricsListener(metrics, {
-          port: metricsSettings.port,
-          host: metricsSettings.host ?? host,
-          token: metricsSettings.token,
-        }).catch(async (err: unknown) => {
-          await closeNow();
-          throw new Error(`the metrics listener could not start: ${(err as Error).message}`, { cause: err });
-        });
 
   const sweepMs = options.sweepMs ?? 1000;
   const sweeper = setInterval(() => {
@@ -341,6 +330,19 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     });
     await components.close();
   };
+  const metricsListener =
+    metricsSettings.port === undefined
+      ? undefined
+      : await startMetricsListener(metrics, {
+          port: metricsSettings.port,
+          host: metricsSettings.host ?? host,
+          token: metricsSettings.token,
+        }).catch(async (err: unknown) => {
+          clearInterval(sweeper);
+          outcomes.close();
+          await closeNow();
+          throw new Error(`the metrics listener could not start: ${(err as Error).message}`, { cause: err });
+        });
 
   const shutdown = async (boundMs: number) => {
     const started = performance.now();
