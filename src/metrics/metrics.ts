@@ -125,7 +125,10 @@ export function createMetrics(info: { gatewayId: string; version: string }) {
     ["log", "outcome"],
     LATENCY_BUCKETS,
   );
-  const archiveLag = gauge(
+  /** Exported only where they mean something (see `enable`). */
+  const optional = <L extends string>(name: string, help: string) =>
+    new Gauge<L>({ name, help, labelNames: [], registers: [] });
+  const archiveLag = optional(
     "fencegate_audit_archive_lag_records",
     "Audit records in Redis not yet archived to the backend, at scrape time (only with a Redis audit log that archives).",
   );
@@ -134,11 +137,11 @@ export function createMetrics(info: { gatewayId: string; version: string }) {
     "1 when the dependency answered the last readiness check in time, 0 otherwise (updated by /health/ready and by each scrape).",
     ["dependency", "kind"],
   );
-  const redisUp = gauge(
+  const redisUp = optional(
     "fencegate_redis_connected",
     "1 while the Redis lease store answers (checked at scrape time within a short deadline), 0 otherwise; absent with other lease stores.",
   );
-  const redisEpoch = gauge(
+  const redisEpoch = optional(
     "fencegate_redis_token_epoch",
     "The token epoch of the last token this gateway granted from Redis (tokens are epoch x 2^32 + counter); it grows when Redis may have lost its counter.",
   );
@@ -166,7 +169,7 @@ export function createMetrics(info: { gatewayId: string; version: string }) {
       leaseCounters[event].inc();
       if (event === "LeaseAcquired" && token !== undefined) {
         lastToken.set(token);
-        // Redis tokens: epoch x 2^32 + counter (the embedded store's stay in epoch 0).
+        // Redis tokens: epoch x 2^32 + counter (exported with a Redis lease store only).
         redisEpoch.set(Math.floor(token / 2 ** 32));
       }
     },
@@ -191,6 +194,17 @@ export function createMetrics(info: { gatewayId: string; version: string }) {
       dependencyUp.set({ dependency: name, kind }, up ? 1 : 0);
     },
     gauges: { activeLeases, waiters, archiveLag, redisUp, redisEpoch },
+    /** Exports the gauges of a Redis lease store, or of an audit log that archives. */
+    enable(part: "redis" | "auditArchive"): void {
+      const gauges: Array<[string, Gauge<string>]> =
+        part === "redis"
+          ? [
+              ["fencegate_redis_connected", redisUp],
+              ["fencegate_redis_token_epoch", redisEpoch],
+            ]
+          : [["fencegate_audit_archive_lag_records", archiveLag]];
+      for (const [name, g] of gauges) if (!registry.getSingleMetric(name)) registry.registerMetric(g);
+    },
     /** Adds a reading taken at every scrape (it must be cheap; it gets `deadlineMs`). */
     collect(name: string, run: () => Promise<void>): void {
       collectors.push({ name, run });

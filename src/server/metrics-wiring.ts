@@ -40,6 +40,7 @@ export function wireMetrics(
     metrics.gauges.waiters.set(leases.waiting());
   });
   if (leaseStore.kind === "redis" || leaseStore.kind === "redlock") {
+    metrics.enable("redis");
     metrics.collect("redis", async () => {
       let timer: NodeJS.Timeout | undefined;
       const late = new Promise<boolean>((resolve) => {
@@ -57,6 +58,7 @@ export function wireMetrics(
   const archived = audit as Partial<{ archives: boolean; archiveLag(): Promise<number> }>;
   if (archived.archives === true && typeof archived.archiveLag === "function") {
     const lagOf = archived.archiveLag.bind(audit);
+    metrics.enable("auditArchive");
     metrics.collect("auditArchive", async () => {
       metrics.gauges.archiveLag.set(await lagOf());
     });

@@ -182,6 +182,10 @@ describe("GET /_fence/v1/metrics after a scripted run", () => {
     ).toBeGreaterThan(0);
     expect(sampleValue(families, "fencegate_build_info", { gateway: gw.gatewayId })).toBe(1);
     expect(sampleValue(families, "fencegate_lease_last_token")).toBeGreaterThan(0);
+    // Redis and archive gauges exist only where they mean something.
+    expect(families.has("fencegate_redis_connected")).toBe(false);
+    expect(families.has("fencegate_redis_token_epoch")).toBe(false);
+    expect(families.has("fencegate_audit_archive_lag_records")).toBe(false);
     expect(families.get("process_cpu_user_seconds_total")?.type).toBe("counter");
     expect(families.get("nodejs_eventloop_lag_seconds")?.type).toBe("gauge");
     // Every fencegate family follows the naming conventions.
