@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { apiAs } from "../api/lease-calls.js";
+import { type HttpFaultProxy, startHttpFaultProxy } from "../support/fault-proxy.js";
 import { CREDENTIALS, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 import { type Family, parsePrometheusText, sampleValue, sumOf } from "../support/prom-text.js";
 import { type RedisServer, startRedis } from "../support/redis.js";
@@ -99,6 +100,83 @@ describe("a gateway on the S3 backend", () => {
     expect(text).not.toContain(store.url);
     expect(text).not.toContain('"none"');
   });
+});
+
+describe("a gateway on the S3 backend whose commits are lost on the way", () => {
+  let store: TestGateway;
+  let proxy: HttpFaultProxy;
+  let gw: TestGateway;
+  beforeAll(async () => {
+    store = await startTestGateway({ env: { FENCEGATE_FENCING: "optional" } });
+    proxy = await startHttpFaultProxy(store.url);
+    gw = await startTestGateway({
+      overrides: {
+        backend: {
+          type: "s3",
+          endpoint: proxy.url,
+          region: "us-east-1",
+          accessKeyId: CREDENTIALS.accessKeyId,
+          secretAccessKey: CREDENTIALS.secretAccessKey,
+          forcePathStyle: true,
+        },
+      },
+    });
+  }, 30_000);
+  afterAll(async () => {
+    await gw?.stop();
+    await proxy?.close();
+    await store?.stop();
+  });
+
+  it("counts the write as an unknown decision, and the lost calls by their outcome", async () => {
+    expect(
+      (await signedRequest(gw.url, { method: "PUT", path: "/data", credentials: CREDENTIALS })).status,
+    ).toBe(200);
+    const lease = (await apiAs(gw.url, CREDENTIALS).acquire({ bucket: "data", key: "k", ttlMs: 30_000 }))
+      .body;
+    const write = (body: string) =>
+      signedRequest(gw.url, {
+        method: "PUT",
+        path: objectPath("data", "k"),
+        headers: { "x-fence-token": lease.fencingToken },
+        body,
+        credentials: CREDENTIALS,
+      });
+    expect((await write("first")).status).toBe(200);
+    // Every send of the next commit is lost on the way: the gateway cannot learn its outcome.
+    const rule = proxy.on(
+      { method: "PUT", path: "/data/.fencegate/r/k" },
+      { kind: "reset" },
+      { times: Infinity },
+    );
+    const put = await write("never arrives");
+    expect(put.status, put.text).toBe(503);
+    expect(put.headers["x-fence-outcome"]).toBe("unknown");
+    expect(rule.count).toBeGreaterThan(0);
+    rule.cancel();
+
+    const families = await scrape(gw.url);
+    expect(
+      sampleValue(families, "fencegate_fencing_decisions_total", {
+        operation: "PutObject",
+        decision: "unknown",
+        reason: "unknown",
+      }),
+    ).toBe(1);
+    expect(sumOf(families, "fencegate_fencing_decisions_total", { decision: "accepted" })).toBe(1);
+    // The commit's PUTs that never got an answer are not counted as successes.
+    expect(
+      sumOf(families, "fencegate_store_calls_total", { backend: "s3", operation: "PutObject" }) -
+        sumOf(families, "fencegate_store_calls_total", {
+          backend: "s3",
+          operation: "PutObject",
+          outcome: "ok",
+        }),
+    ).toBeGreaterThan(0);
+    expect(
+      sampleValue(families, "fencegate_http_requests_total", { operation: "PutObject", status: "503" }),
+    ).toBe(1);
+  }, 30_000);
 });
 
 describe("a gateway on Redis with an archiving audit log", () => {
