@@ -155,6 +155,7 @@ async function openBackend(
         multipartSweepIntervalMs: config.multipart.sweepIntervalMs,
         clock: ctx.clock,
         log: ctx.log.child({ backend: name }),
+        ...(ctx.metrics ? { observeCall: storeCalls(ctx.metrics, "azure") } : {}),
       });
       // Bad credentials or an unreachable account stop the start, with Azure's own message.
       await backend.ready().catch(async (e: unknown) => {

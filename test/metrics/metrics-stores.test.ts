@@ -5,6 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { apiAs } from "../api/lease-calls.js";
+import { type AzuriteServer, startAzurite } from "../support/azurite.js";
 import { type HttpFaultProxy, startHttpFaultProxy } from "../support/fault-proxy.js";
 import { CREDENTIALS, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 import { type Family, parsePrometheusText, sampleValue, sumOf } from "../support/prom-text.js";
@@ -100,6 +101,53 @@ describe("a gateway on the S3 backend", () => {
     expect(text).not.toContain(store.url);
     expect(text).not.toContain('"none"');
   });
+});
+
+describe("a gateway on the Azure backend (Azurite)", () => {
+  let azurite: AzuriteServer;
+  let gw: TestGateway;
+  beforeAll(async () => {
+    azurite = await startAzurite({ inMemory: true });
+    gw = await startTestGateway({
+      env: { FENCEGATE_BACKEND: "azure", FENCEGATE_AZURE_CONNECTION_STRING: azurite.connectionString },
+    });
+  }, 60_000);
+  afterAll(async () => {
+    await gw?.stop();
+    await azurite?.stop();
+  });
+
+  it("counts its calls to Azure by operation and outcome, with labels free of names", async () => {
+    expect(
+      (await signedRequest(gw.url, { method: "PUT", path: "/azdata", credentials: CREDENTIALS })).status,
+    ).toBe(200);
+    const lease = (
+      await apiAs(gw.url, CREDENTIALS).acquire({ bucket: "azdata", key: "obj-7f3e", ttlMs: 30_000 })
+    ).body;
+    const put = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath("azdata", "obj-7f3e"),
+      headers: { "x-fence-token": lease.fencingToken },
+      body: "stored in Azure",
+      credentials: CREDENTIALS,
+    });
+    expect(put.status).toBe(200);
+    const families = await scrape(gw.url);
+    const calls = families.get("fencegate_store_calls_total")!.samples;
+    expect(calls.length).toBeGreaterThan(0);
+    expect(calls.every((s) => s.labels.backend === "azure")).toBe(true);
+    expect(
+      sumOf(families, "fencegate_store_calls_total", { backend: "azure", outcome: "ok" }),
+    ).toBeGreaterThan(0);
+    // The commit of the object went out and was answered.
+    expect(
+      sumOf(families, "fencegate_store_calls_total", { operation: "commit", outcome: "ok" }),
+    ).toBeGreaterThan(0);
+    for (const s of calls) {
+      expect(s.labels.operation).toMatch(/^[a-z]+(_[a-z]+)?$/);
+      expect(s.labels.operation).not.toMatch(/azdata|obj|7f3e/);
+    }
+  }, 60_000);
 });
 
 describe("a gateway on the S3 backend whose commits are lost on the way", () => {
