@@ -174,6 +174,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     audit,
     authenticate: apiAuthenticator(authenticator),
     pools: new Pools(leases, config.pools),
+    metrics: (incoming) => metricsResponse(incoming),
     health: createHealth({
       dependencies: [
         ...[...components.backends].map(
@@ -218,9 +219,6 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // Every path of the lease API's namespace gets the lease API's JSON, 404s and auth failures
     // included; only a virtual-hosted bucket host makes it an object key.
     if (isLeaseApiTarget(c.env.incoming.url, c.env.incoming.headers.host, domain)) {
-      if (c.req.path === METRICS_PATH && c.req.method === "GET") {
-        return metricsResponse(c.env.incoming);
-      }
       return api.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId") });
     }
     return s3(c);
