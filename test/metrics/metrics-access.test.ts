@@ -13,6 +13,7 @@ import { createMetrics } from "../../src/metrics/metrics.js";
 import { type Gateway, startGateway } from "../../src/server/gateway.js";
 import { tempDir } from "../support/gateway.js";
 import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
+import { waitFor } from "../support/wait.js";
 
 const TOKEN = "scrape-token-4f1c9a";
 
@@ -128,6 +129,8 @@ describe("a gateway whose metrics port is taken", () => {
     const first = await startGateway(config, { log: createLogger("silent"), metrics: { port: 0 } });
     const taken = Number(new URL(first.metricsUrl!).port);
     const dir2 = tempDir();
+    const servers = () => process.getActiveResourcesInfo().filter((r) => r === "TCPServerWrap").length;
+    const listening = servers();
     try {
       await expect(
         startGateway(loadConfig({ FENCEGATE_PORT: "0", FENCEGATE_DATA_DIR: dir2.path }), {
@@ -135,6 +138,12 @@ describe("a gateway whose metrics port is taken", () => {
           metrics: { port: taken },
         }),
       ).rejects.toThrow(/^the metrics listener could not start: .*EADDRINUSE/);
+      // The gateway that could not start closed what it had opened: its S3 port too (handles
+      // leave the list once their close has run).
+      await waitFor(() => servers() === listening, {
+        what: "the failed gateway's listeners to close",
+        timeoutMs: 5_000,
+      });
     } finally {
       await first.close();
       dir.cleanup();

@@ -58,6 +58,8 @@ const answer = async (path: string) => {
 describe("a gateway whose Redis lease store is stalled", () => {
   it("answers liveness at once, readiness and /health with 503 naming the lease store within the deadline", async () => {
     expect((await answer("/_fence/v1/health/ready")).status).toBe(200);
+    const before = parsePrometheusText(await (await fetch(`${gw.url}/_fence/v1/metrics`)).text());
+    expect(sampleValue(before, "fencegate_redis_connected")).toBe(1);
     process.kill(redis.pid, "SIGSTOP");
     stopped = true;
 
