@@ -263,6 +263,10 @@ describe("a gateway on Redis with an archiving audit log", () => {
     expect(sampleValue(families, "fencegate_lease_last_token")).toBe(lease.token);
     // Nothing archived yet (intervalMs 0): every record appended is lag.
     expect(sampleValue(families, "fencegate_audit_archive_lag_records")).toBe(records.length);
+    // The lag is what lies above the archive's mark: with the first two marked archived, one.
+    expect(await redis.command("GET", "{fencegate}:a:seq")).toBe(String(records.length));
+    expect(await redis.command("SET", "{fencegate}:a:archived", "2")).toBe("OK");
+    expect(sampleValue(await scrape(gw.url), "fencegate_audit_archive_lag_records")).toBe(records.length - 2);
     expect(sampleValue(families, "fencegate_lease_grants_total")).toBe(1);
     expect(sampleValue(families, "fencegate_lease_renewals_total")).toBe(1);
     expect(sampleValue(families, "fencegate_lease_releases_total")).toBe(1);
