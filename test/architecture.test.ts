@@ -17,6 +17,7 @@ const ROOT = resolve(import.meta.dirname, "..");
 /** The layers, lowest first. A top-level folder of src/ not listed here fails the test. */
 const RANKS: Readonly<Record<string, number>> = {
   core: 0,
+  metrics: 0,
   embedded: 1,
   access: 1,
   http: 1,

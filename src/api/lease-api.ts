@@ -49,6 +49,8 @@ export type LeaseApiOptions = {
   health: Health;
   /** Ownership groups (configured pools). */
   pools?: Pools;
+  /** GET /metrics: the Prometheus exposition, under its own access rules (src/metrics/endpoint.ts). */
+  metrics?: (incoming: IncomingMessage) => Promise<Response>;
 };
 
 /** The JSON lease API and health endpoint (contract: "Lease API"). */
@@ -90,6 +92,11 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
       ),
     ),
   );
+  // Metrics: no signature (Prometheus does not sign); loopback or a bearer token instead.
+  app.get("/metrics", async (c) => {
+    if (!opts.metrics) throw new DomainError("NoSuchEndpoint", "metrics are not served here");
+    return opts.metrics(c.env.incoming);
+  });
 
   app.use("*", async (c, next) => {
     const { principal, body } = await opts.authenticate(c);

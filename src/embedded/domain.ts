@@ -65,6 +65,8 @@ export class EmbeddedDomain implements TxDomain {
   private readonly sql;
   /** Batches committed and steps run, for tests and benchmarks. */
   readonly stats = { batches: 0, steps: 0, largestBatch: 0, syncs: 0 };
+  /** Told of the size of every batch committed (metrics). */
+  onBatch: ((steps: number) => void) | undefined;
   /** The WAL file this domain fsyncs itself; null: SQLite's own synchronous COMMIT. */
   private readonly wal: string | null;
   private readonly syncFile: SyncFile;
@@ -144,6 +146,7 @@ export class EmbeddedDomain implements TxDomain {
     this.stats.batches++;
     this.stats.steps += batch.length;
     this.stats.largestBatch = Math.max(this.stats.largestBatch, batch.length);
+    this.onBatch?.(batch.length);
     const answer = (syncError: Error | null) =>
       batch.forEach((pending, i) => {
         const outcome = outcomes[i]!;

@@ -4,6 +4,7 @@ import { DomainError, highestTokenOf, isDomainError, StaleTokenError } from "../
 import type { TxDomain } from "../core/tx.js";
 import { judgeLease, judgeUnfenced } from "../leases/lease-rules.js";
 import type { CommitIntent, LeaseStore } from "../leases/lease-store.js";
+import type { FenceObserver } from "../metrics/observe.js";
 import {
   type CommitOutcome,
   checkWriteConditions,
@@ -55,6 +56,8 @@ export type WriteFencerOptions = {
   outcomes?: Outcomes;
   /** This gateway, named in the notes of its writes (write-notes.ts). */
   gatewayId?: string;
+  /** Told of every decision once it is made (metrics). */
+  observe?: FenceObserver;
 };
 
 export type Committed = { highestToken: number | null };
@@ -168,6 +171,7 @@ export class WriteFencer {
       committed = true;
       if (!recorded) await this.record(ctx, authorized, accepted(result));
       settled = true;
+      this.opts.observe?.(ctx.op, "accepted", null);
       return { ...result, token };
     } catch (err) {
       // Committed, but the log could not take the decision: nothing is answered as done without
@@ -192,9 +196,13 @@ export class WriteFencer {
           intent?.intentId,
           outcomeKey(ctx.requestId, ctx.bucket, ctx.key),
         );
+        this.opts.observe?.(ctx.op, "unknown", "ServiceUnavailable");
         throw markAudited(landed);
       }
-      if (committed) throw markAudited(err);
+      if (committed) {
+        this.opts.observe?.(ctx.op, "unknown", "ServiceUnavailable");
+        throw markAudited(err);
+      }
       if (err instanceof OutcomeUnknownError && auth) {
         // Sent, no answer: neither accepted nor refused. The intent stays until the outcome is
         // learnt and recorded (outcomes.ts); the answer says "unknown".
@@ -224,6 +232,7 @@ export class WriteFencer {
     });
     const once = outcomeKey(ctx.requestId, ctx.bucket, ctx.key);
     markAudited(err);
+    this.opts.observe?.(ctx.op, "unknown", "ServiceUnavailable");
     try {
       await this.opts.audit.appendOnce(draft, `${once} unknown`);
     } finally {
@@ -300,6 +309,7 @@ export class WriteFencer {
     }
     await this.record(ctx, auth, { decision: "rejected", reason, highestToken }, owner);
     markAudited(err);
+    this.opts.observe?.(ctx.op, "rejected", reason);
   }
 
   /**

@@ -4,6 +4,7 @@ import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { randomBase64url } from "../core/random.js";
+import type { LeaseEvent, LeaseObserver } from "../metrics/observe.js";
 import { type LeaseState, leaseState, overlaps, type ResourceRef, resourceOf } from "./lease-rules.js";
 import type {
   CommitIntentRef,
@@ -61,6 +62,8 @@ type PendingAcquire = Waiter & {
   wokenWhileTrying: Array<(w: PendingAcquire) => boolean>;
   timedOut: boolean;
   aborted: boolean;
+  /** It found its resource held or others queued before it, and will wait (metrics). */
+  waited: boolean;
   /** Undoes its timer and abort listener once it is answered. */
   cleanup: Array<() => void>;
 };
@@ -89,6 +92,8 @@ export type LeaseServiceOptions = {
    * gateways hold (so that it is never stored). Without it, delegates cannot be created.
    */
   delegateSecret?: (delegateId: string) => string;
+  /** Told of lease events, refusals and waits (metrics). */
+  observe?: LeaseObserver;
 };
 
 /**
@@ -280,7 +285,9 @@ export class LeaseService {
       throw accessDenied(`may not lease ${describe(req.resource)}`);
     }
     if (req.signal?.aborted) throw gone();
-    return new Promise<LeaseInfo>((resolve, reject) => {
+    const asked = performance.now();
+    let pending: PendingAcquire | undefined;
+    const answer = new Promise<LeaseInfo>((resolve, reject) => {
       const waiter: PendingAcquire = {
         id: this.nextWaiterId++,
         ticket: randomBase64url(12),
@@ -295,8 +302,10 @@ export class LeaseService {
         wokenWhileTrying: [],
         timedOut: false,
         aborted: false,
+        waited: false,
         cleanup: [],
       };
+      pending = waiter;
       this.queue.add(waiter);
       // Waiting is measured by a timer, on the monotonic clock: a wall clock step neither cuts
       // it short nor stretches it.
@@ -317,11 +326,27 @@ export class LeaseService {
       if (this.queue.aheadOf(waiter)) {
         // Earlier waiters come first; one that will not wait does not jump the queue.
         if (req.waitMs === 0) void this.giveUp(waiter);
+        else waiter.waited = true;
         return;
       }
       // First in line for its resource: it tries at once (the heads need not be listed for that).
       void this.attempt(waiter);
     });
+    const observe = this.opts.observe;
+    if (!observe) return answer;
+    const waited = (outcome: "granted" | "timeout" | "error") => {
+      if (pending?.waited) observe.waited(outcome, (performance.now() - asked) / 1000);
+    };
+    return answer.then(
+      (lease) => {
+        waited("granted");
+        return lease;
+      },
+      (e: unknown) => {
+        waited(e instanceof DomainError && e.code === "LeaseHeld" ? "timeout" : "error");
+        throw e;
+      },
+    );
   }
 
   /** Takes the waiter's ticket in the shared queue; it tries at once if first in line. */
@@ -342,6 +367,7 @@ export class LeaseService {
     if (!w.head) {
       // Earlier waiters come first; one that will not wait does not jump the queue.
       if (w.req.waitMs === 0) void this.giveUp(w);
+      else w.waited = true;
       return;
     }
     // (A wake-up that named it before this answer came has made it try already; a notice that
@@ -503,6 +529,7 @@ export class LeaseService {
         if ("behind" in result) {
           if (wokenAgain(w)) continue;
           w.head = false;
+          if (w.req.waitMs > 0) w.waited = true;
           break;
         }
         if (result.granted) {
@@ -531,6 +558,7 @@ export class LeaseService {
           continue;
         }
         w.heldBy = result.heldBy;
+        if (w.req.waitMs > 0) w.waited = true;
         if (wokenAgain(w)) continue;
         break;
       }
@@ -674,6 +702,7 @@ export class LeaseService {
     await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
     // A lease that had expired unnoticed ended by expiry; the administrator's act is recorded too.
     if (lease.releasedAt === undefined && !event.context) await this.record("LeaseBroken", lease, caller);
+    if (lease.releasedAt === undefined) this.opts.observe?.event("LeaseBroken", lease.token);
     if (lease.key !== undefined) await this.opts.fenceObject(lease.bucket, lease.key, fence.token);
     await this.fenceIntents(fence.token, fence.intents);
     this.wakeAfterEnd([lease]);
@@ -690,6 +719,11 @@ export class LeaseService {
       ? await this.shared.waitingOn(leases.map(resourceOf))
       : leases.map((l) => this.queue.waitingOn(resourceOf(l)));
     return leases.map((l, i) => ({ ...this.info(l), waiters: counts[i] ?? 0 }));
+  }
+
+  /** Lease requests waiting in this gateway for a held resource (metrics). */
+  waiting(): number {
+    return this.queue.size;
   }
 
   /** Audits leases that ran out without being released (called periodically). */
@@ -778,6 +812,8 @@ export class LeaseService {
         if (!context && !recorded.has(`${side ?? op} ${lease.leaseId}`)) {
           await this.record(side ?? op, lease, callerOf(side));
         }
+        const happened = side ?? op;
+        if (isLeaseEvent(happened)) this.opts.observe?.event(happened, lease.token);
       },
     };
   }
@@ -789,6 +825,7 @@ export class LeaseService {
     outcome: Pick<AuditDraft, "decision" | "reason"> = { decision: "accepted", reason: null },
   ): Promise<void> {
     await this.opts.audit.append(this.draft(op, lease, caller, outcome));
+    if (outcome.decision === "rejected") this.opts.observe?.refused(op, outcome.reason);
   }
 
   private draft(
@@ -830,8 +867,18 @@ export class LeaseService {
       highestToken: null,
       ...outcome,
     });
+    if (outcome.decision === "rejected") this.opts.observe?.refused(op, outcome.reason);
   }
 }
+
+const LEASE_EVENTS: ReadonlySet<string> = new Set<LeaseEvent>([
+  "LeaseAcquired",
+  "LeaseRenewed",
+  "LeaseReleased",
+  "LeaseExpired",
+  "LeaseBroken",
+]);
+const isLeaseEvent = (op: string): op is LeaseEvent => LEASE_EVENTS.has(op);
 
 function scopeOf(resource: { key?: string | undefined; prefix?: string | undefined }) {
   return resource.key !== undefined ? { key: resource.key } : { prefix: resource.prefix ?? "" };

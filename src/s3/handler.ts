@@ -31,7 +31,8 @@ export type S3HandlerOptions = {
 type Bindings = { incoming: IncomingMessage; outgoing: ServerResponse };
 export type S3Env = {
   Bindings: Bindings;
-  Variables: { requestId: string; log: Logger; summary?: RequestSummary };
+  /** `op`: the S3 operation the request was routed to, once known (metrics, logs). */
+  Variables: { requestId: string; log: Logger; summary?: RequestSummary; op?: string };
 };
 
 /**
@@ -75,6 +76,7 @@ export function s3Handler(opts: S3HandlerOptions) {
       summary.bucket = addressed.bucket;
       summary.key = addressed.key;
       summary.principal = claimedAccessKeyId(incoming.headers, query);
+      c.set("op", route.name);
       // Known before authentication: a write refused for its signature is a write decision too.
       if (route.write) {
         refusal = {

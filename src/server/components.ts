@@ -11,6 +11,8 @@ import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
 import { closeEmbeddedDb, type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
 import type { LeaseStore } from "../leases/lease-store.js";
+import type { Metrics } from "../metrics/metrics.js";
+import type { CallObserver } from "../metrics/observe.js";
 import { openAuditLog } from "./audit-components.js";
 import { openLeaseStore, systemBucketOf } from "./lease-components.js";
 
@@ -28,7 +30,13 @@ export type Components = {
   close(): Promise<void>;
 };
 
-export type ComponentContext = { clock: Clock; gatewayId: string; log: Logger };
+export type ComponentContext = {
+  clock: Clock;
+  gatewayId: string;
+  log: Logger;
+  /** Told of store calls (metrics). */
+  metrics?: Metrics;
+};
 
 /** Builds the backends, the lease store and the audit log the configuration asks for. */
 export async function openComponents(config: Config, ctx: ComponentContext): Promise<Components> {
@@ -118,6 +126,7 @@ async function openBackend(
         ...(spec.verifyBucket ? { verifyBucket: spec.verifyBucket } : {}),
         clock: ctx.clock,
         log: ctx.log.child({ backend: name }),
+        ...(ctx.metrics ? { observeCall: storeCalls(ctx.metrics, "s3") } : {}),
       });
       if (spec.verifyBucket) {
         const report = await backend.verifyConditionalWrites(spec.verifyBucket);
@@ -146,6 +155,7 @@ async function openBackend(
         multipartSweepIntervalMs: config.multipart.sweepIntervalMs,
         clock: ctx.clock,
         log: ctx.log.child({ backend: name }),
+        ...(ctx.metrics ? { observeCall: storeCalls(ctx.metrics, "azure") } : {}),
       });
       // Bad credentials or an unreachable account stop the start, with Azure's own message.
       await backend.ready().catch(async (e: unknown) => {
@@ -158,3 +168,8 @@ async function openBackend(
 }
 
 const where = (name: string) => (name === "default" ? "backend" : `backends.${name}`);
+
+/** A backend's store calls, as the metrics count them. */
+function storeCalls(metrics: Metrics, backend: string): CallObserver {
+  return (operation, outcome, seconds) => metrics.storeCall(backend, operation, outcome, seconds);
+}

@@ -5,12 +5,14 @@ import { getRequestListener, type HttpBindings } from "@hono/node-server";
 import { Hono } from "hono";
 import { toApiError } from "../api/errors.js";
 import { API_BASE, leaseApi } from "../api/lease-api.js";
+import openapi from "../api/openapi.json" with { type: "json" };
 import { apiAuthenticator } from "../api/request-auth.js";
 import { resolveSecrets } from "../config/resolve.js";
 import type { Config } from "../config/schema.js";
 import { type Clock, systemClock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { createLogger, type Logger, type RequestSummary } from "../core/log.js";
+import { VERSION } from "../core/version.js";
 import { Outcomes } from "../fence/outcomes.js";
 import { WriteFencer } from "../fence/write-fencer.js";
 import { fencingWithRecords } from "../fence/write-notes.js";
@@ -24,6 +26,15 @@ import { newRequestId } from "../http/request-id.js";
 import { withDelegates } from "../leases/delegate-access.js";
 import { LeaseService } from "../leases/lease-service.js";
 import { Pools } from "../leases/pools.js";
+import {
+  METRICS_PATH,
+  type MetricsSettings,
+  metricsAnswer,
+  metricsSettingsFromEnv,
+  startMetricsListener,
+} from "../metrics/endpoint.js";
+import { createMetrics } from "../metrics/metrics.js";
+import { apiOperations } from "../metrics/operations.js";
 import { bucketFromHost } from "../s3/addressing.js";
 import { s3EdgeAnswer } from "../s3/client-errors.js";
 import { type S3Env, s3Handler } from "../s3/handler.js";
@@ -31,6 +42,7 @@ import { completedUploads } from "../s3/operations/completed-uploads.js";
 import { openComponents } from "./components.js";
 import { createHealth, type Dependency } from "./health.js";
 import { InFlight, type RawAnswer } from "./in-flight.js";
+import { wireMetrics } from "./metrics-wiring.js";
 
 export type Gateway = {
   /** e.g. http://127.0.0.1:9700 */
@@ -40,6 +52,8 @@ export type Gateway = {
   gatewayId: string;
   server: Server;
   log: Logger;
+  /** The separate metrics listener's URL (FENCEGATE_METRICS_PORT), when there is one. */
+  metricsUrl?: string;
   /**
    * Without a bound: stops accepting connections, drops every connection at once and closes the
    * stores. With `boundMs` (SIGTERM): stops accepting connections, lets requests in flight
@@ -54,6 +68,8 @@ export type StartOptions = {
   log?: Logger;
   /** Sweep interval for expired leases (audit LeaseExpired events). */
   sweepMs?: number;
+  /** Where metrics are served and who may read them; default: FENCEGATE_METRICS_* from the environment. */
+  metrics?: MetricsSettings;
 };
 
 /** Opens the stores, builds the HTTP app and listens. Resolves once it is serving. */
@@ -62,7 +78,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const gatewayId = config.gatewayId ?? `gw-${randomBytes(4).toString("hex")}`;
   const log = options.log ?? createLogger(config.log.level, { gateway: gatewayId });
   const secrets = resolveSecrets(config);
-  const components = await openComponents(config, { clock, gatewayId, log });
+  const metricsSettings = options.metrics ?? metricsSettingsFromEnv(process.env);
+  const metrics = createMetrics({ gatewayId, version: VERSION });
+  const components = await openComponents(config, { clock, gatewayId, log, metrics });
   const { backend, leaseStore, audit } = components;
   /** Set once a shutdown began: readiness fails, answers close their connection. */
   let draining: string | null = null;
@@ -84,6 +102,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     domainOf: (bucket) => backend.domainOf(bucket),
     outcomes,
     gatewayId,
+    observe: (op, decision, reason) => metrics.decision(op, decision, reason),
   });
   const leases = new LeaseService({
     store: leaseStore,
@@ -101,7 +120,14 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       createHmac("sha256", secrets.keyring.active.secret)
         .update(`fencegate delegate ${id}`)
         .digest("base64url"),
+    observe: {
+      event: (event, token) => metrics.leaseEvent(event, token),
+      refused: (event, reason) => metrics.leaseRefused(event, reason),
+      waited: (outcome, seconds) => metrics.leaseWait(outcome, seconds),
+    },
   });
+  wireMetrics(metrics, { leaseStore, audit, backends: components.backends.values(), leases });
+  const apiOperation = apiOperations(openapi, API_BASE);
   // Without them (the lease store unreachable at start), delegates get 403 until they are re-issued.
   await leases.loadDelegates().catch((err) => log.warn({ err }, "lease delegates not loaded"));
   const access = withDelegates(secrets.access, (id) => leases.delegateScope(id));
@@ -110,6 +136,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     clock,
   });
 
+  const domain = config.server.domain;
   const app = new Hono<S3Env>();
   app.use("*", async (c, next) => {
     const requestId = newRequestId();
@@ -121,6 +148,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     c.set("summary", summary);
     requestIds.set(c.env.incoming, requestId);
     await next();
+    const op =
+      (c.get("op") as string | undefined) ??
+      (isLeaseApiTarget(c.env.incoming.url, c.env.incoming.headers.host, domain)
+        ? apiOperation(c.req.method, c.req.path)
+        : "s3_unrouted");
+    metrics.request(op, c.res.status, (performance.now() - started) / 1000);
     // The path only: a query string may hold a presigned signature or a fencing token.
     requestLog.info(
       {
@@ -144,6 +177,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     audit,
     authenticate: apiAuthenticator(authenticator),
     pools: new Pools(leases, config.pools),
+    metrics: (incoming) => metricsResponse(incoming),
     health: createHealth({
       dependencies: [
         ...[...components.backends].map(
@@ -164,6 +198,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         auditLog: audit.kind,
       },
       draining: () => draining,
+      onReport: (checks) => {
+        for (const [name, check] of Object.entries(checks))
+          metrics.dependency(name, check.kind, check.status === "ok");
+      },
     }),
   });
   const s3 = s3Handler({
@@ -172,7 +210,14 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     domain: config.server.domain,
     log,
   });
-  const domain = config.server.domain;
+  const metricsResponse = async (incoming: IncomingMessage): Promise<Response> => {
+    const answer = await metricsAnswer(
+      metrics,
+      { remoteAddress: incoming.socket.remoteAddress, authorization: incoming.headers.authorization },
+      metricsSettings.token,
+    );
+    return new Response(answer.body, { status: answer.status, headers: answer.headers });
+  };
   app.all("*", async (c) => {
     // Every path of the lease API's namespace gets the lease API's JSON, 404s and auth failures
     // included; only a virtual-hosted bucket host makes it an object key.
@@ -286,6 +331,19 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     });
     await components.close();
   };
+  const metricsListener =
+    metricsSettings.port === undefined
+      ? undefined
+      : await startMetricsListener(metrics, {
+          port: metricsSettings.port,
+          host: metricsSettings.host ?? host,
+          token: metricsSettings.token,
+        }).catch(async (err: unknown) => {
+          clearInterval(sweeper);
+          outcomes.close();
+          await closeNow();
+          throw new Error(`the metrics listener could not start: ${(err as Error).message}`, { cause: err });
+        });
 
   const shutdown = async (boundMs: number) => {
     const started = performance.now();
@@ -323,16 +381,32 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     closing ??= (async () => {
       draining = "the gateway is shutting down";
       clearInterval(sweeper);
+      await metricsListener?.close();
       outcomes.close();
       await (boundMs === undefined ? closeNow() : shutdown(boundMs));
     })();
     return closing;
   };
   log.info(
-    { url, backend: backend.kind, leaseStore: leaseStore.kind, dataDir: config.dataDir },
+    {
+      url,
+      backend: backend.kind,
+      leaseStore: leaseStore.kind,
+      dataDir: config.dataDir,
+      ...(metricsListener ? { metricsUrl: `${metricsListener.url}${METRICS_PATH}` } : {}),
+    },
     "fencegate listening",
   );
-  return { url, host, port, gatewayId, server, log, close };
+  return {
+    url,
+    host,
+    port,
+    gatewayId,
+    server,
+    log,
+    close,
+    ...(metricsListener ? { metricsUrl: metricsListener.url } : {}),
+  };
 }
 
 /** Of a shutdown's bound, what is kept for closing the stores once requests had their time. */

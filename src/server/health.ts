@@ -24,6 +24,8 @@ export type HealthOptions = {
   describe: Record<string, string>;
   /** Set once the gateway is shutting down: readiness then fails with this reason. */
   draining: () => string | null;
+  /** Told of every readiness check's results (metrics). */
+  onReport?: (checks: Record<string, CheckResult>) => void;
 };
 
 type Outcome = { ok: true } | { ok: false; error: string };
@@ -90,6 +92,7 @@ export function createHealth(opts: HealthOptions): Health {
       } finally {
         clearTimeout(timer);
       }
+      opts.onReport?.(checks);
       const failing = opts.dependencies.map((d) => d.name).filter((name) => checks[name]!.status !== "ok");
       if (failing.length === 0) return { ok: true, body: { status: "ok", ...opts.describe, checks } };
       const reasons = failing.map((name) => `${name} (${checks[name]!.kind}): ${checks[name]!.error}`);

@@ -93,6 +93,8 @@ export function createResponseChecker(doc: OpenApiDoc = openapi as unknown as Op
         ? []
         : [`${where}: the document describes no body, got ${res.body.length} bytes`];
     }
+    // A text answer (the metrics' exposition): its media type, a string.
+    if (content["text/plain"] && res.contentType?.startsWith("text/plain")) return [];
     const media = content["application/json"];
     if (!media) return [`${where}: no application/json content described`];
     return checkBody(where, res, media.schema);

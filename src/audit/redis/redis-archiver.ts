@@ -79,6 +79,12 @@ export function createArchiver(o: {
 
   return {
     /** Moves every due record out of Redis; returns how many moved (0 if another gateway is at it). */
+    /** Records appended but not yet archived (metrics). */
+    async lag(): Promise<number> {
+      const [seq, archived] = await redis.mget(`${A}:seq`, `${A}:archived`);
+      return Math.max(0, Number(seq ?? "0") - Number(archived ?? "0"));
+    },
+
     async archiveNow(): Promise<number> {
       const token = randomBytes(12).toString("hex");
       if ((await redis.set(`${A}:archiver`, token, "PX", LOCK_MS, "NX")) !== "OK") return 0;

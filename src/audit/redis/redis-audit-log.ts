@@ -40,6 +40,10 @@ export type RedisAuditLog = AuditLog & {
   readonly keyPrefix: string;
   /** Moves due records to the archive now (also done every retention.intervalMs). */
   archiveNow(): Promise<number>;
+  /** Whether records are moved to an archive at all. */
+  readonly archives: boolean;
+  /** Records appended but not yet archived (0 without an archive). */
+  archiveLag(): Promise<number>;
   /** For scripts of other components that append records themselves (see InScriptAppends). */
   readonly inScript: InScriptAppends;
 };
@@ -208,6 +212,9 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
     kind: "redis",
     keyPrefix: prefix,
     archiveNow,
+    /** Records not yet moved to the archive; 0 without one (metrics). */
+    archiveLag: async () => (archiver ? archiver.lag() : 0),
+    archives: archiver !== undefined,
     inScript: {
       keyPrefix: prefix,
       gatewayId,

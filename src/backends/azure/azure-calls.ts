@@ -1,4 +1,5 @@
 import type { Readable } from "node:stream";
+import { type CallObserver, callOutcome } from "../../metrics/observe.js";
 import { abandoned, type CallContext, toDomainError } from "./azure-errors.js";
 
 /**
@@ -9,7 +10,11 @@ import { abandoned, type CallContext, toDomainError } from "./azure-errors.js";
  * noticed its abort signal yet.
  */
 export class AzureCalls {
-  constructor(readonly timeoutMs: number) {}
+  constructor(
+    readonly timeoutMs: number,
+    /** Told of every call: its operation (from `what`), outcome and latency (metrics). */
+    private readonly observe?: CallObserver,
+  ) {}
 
   /**
    * Runs one call. Errors the caller handles itself (`expected`: a lost compare-and-swap, a
@@ -24,8 +29,11 @@ export class AzureCalls {
   ): Promise<T> {
     const call = this.start(what, signal);
     try {
-      return await call.race(fn(call.signal));
+      const value = await call.race(fn(call.signal));
+      call.observed(undefined);
+      return value;
     } catch (e) {
+      call.observed(e);
       if (expected?.(e) && !call.ctx.timedOut && !call.ctx.abandoned) throw e;
       throw toDomainError(e, call.ctx);
     } finally {
@@ -53,7 +61,9 @@ export class AzureCalls {
     let value: T;
     try {
       value = await call.race(fn(call.signal, () => moved()));
+      call.observed(undefined);
     } catch (e) {
+      call.observed(e);
       call.settle();
       call.release();
       if (expected?.(e) && !call.ctx.timedOut && !call.ctx.abandoned) throw e;
@@ -93,6 +103,8 @@ export class AzureCalls {
       controller.abort();
     };
     signal?.addEventListener("abort", onAbort, { once: true });
+    const started = performance.now();
+    const observe = this.observe;
     const timer = setTimeout(() => {
       ctx.timedOut = true;
       const error = Object.assign(new Error(`no answer within ${this.timeoutMs} ms`), {
@@ -108,6 +120,12 @@ export class AzureCalls {
         // What the SDK raises once it notices the abort, after the deadline answered, goes nowhere.
         work.catch(() => undefined);
         return Promise.race([work, expired]);
+      },
+      /** Tells the observer how the call ended (undefined: it answered). */
+      observed: (e: unknown) => {
+        if (!observe) return;
+        const outcome = e === undefined ? "ok" : ctx.timedOut ? "timeout" : callOutcome(e);
+        observe(operationOf(what), outcome, (performance.now() - started) / 1000);
       },
       settle: () => clearTimeout(timer),
       release: () => signal?.removeEventListener("abort", onAbort),
@@ -135,4 +153,19 @@ function watchIdle(stream: Readable, ms: number, error: () => Error): { moved():
   };
   arm();
   return { moved: arm, stop: () => clearTimeout(timer) };
+}
+
+/** Nouns that name what a call's verb acts on ("create container", "read part"). */
+const OBJECTS = new Set(["container", "containers", "upload", "part", "account", "properties", "marker"]);
+
+/**
+ * A call's operation label from its description: its verb, and the kind of thing it acts on when
+ * the description names one ("create container x" → create_container, "get b/k" → get). Only
+ * words of fencegate's own code make it into the label, never a bucket, key or id.
+ */
+export function operationOf(what: string): string {
+  const words = what.split(" ");
+  const verb = words[0] ?? "call";
+  const next = words[1] === "the" ? words[2] : words[1];
+  return next !== undefined && OBJECTS.has(next) ? `${verb}_${next}` : verb;
 }

@@ -7,6 +7,7 @@ import {
 import type { Clock } from "../../core/clock.js";
 import type { Logger } from "../../core/log.js";
 import { VERSION } from "../../core/version.js";
+import type { CallObserver } from "../../metrics/observe.js";
 
 /** Where a test may pause a write: each step of the path to its conditional commit. */
 export type AzureHookStep =
@@ -64,6 +65,8 @@ export type AzureBackendOptions = {
   clock?: Clock;
   hooks?: AzureHooks;
   log?: Logger;
+  /** Told of every call to Azure (its operation, outcome and latency): metrics. */
+  observeCall?: CallObserver;
 };
 
 export type ResolvedAzureOptions = Required<
@@ -78,7 +81,7 @@ export type ResolvedAzureOptions = Required<
     | "clock"
   >
 > &
-  Pick<AzureBackendOptions, "hooks" | "log" | "hierarchicalNamespace">;
+  Pick<AzureBackendOptions, "hooks" | "log" | "hierarchicalNamespace" | "observeCall">;
 
 const MIB = 1024 * 1024;
 /** Azure's limit for one staged block (service version 2019-12-12 and later). */
@@ -111,6 +114,7 @@ export function resolveOptions(options: AzureBackendOptions): ResolvedAzureOptio
     clock: options.clock ?? Date.now,
     ...(options.hooks ? { hooks: options.hooks } : {}),
     ...(options.log ? { log: options.log } : {}),
+    ...(options.observeCall ? { observeCall: options.observeCall } : {}),
     ...(options.hierarchicalNamespace !== undefined
       ? { hierarchicalNamespace: options.hierarchicalNamespace }
       : {}),

@@ -41,7 +41,7 @@ export class AzureStore {
     private readonly client: Promise<AzureClient>,
     readonly opts: ResolvedAzureOptions,
   ) {
-    this.calls = new AzureCalls(opts.requestTimeoutMs);
+    this.calls = new AzureCalls(opts.requestTimeoutMs, opts.observeCall);
   }
 
   async service(): Promise<BlobServiceClient> {

@@ -52,6 +52,7 @@ export function createS3Backend(options: S3BackendOptions): S3Backend {
     ...(options.credentials ? { credentials: options.credentials } : {}),
     forcePathStyle: options.forcePathStyle ?? false,
     requestTimeoutMs,
+    ...(options.observeCall ? { observeCall: options.observeCall } : {}),
   });
   const layout = new Layout(metaPrefix);
   const records = new RecordStore(store, layout, new EtagCache<ObjectRecord>());

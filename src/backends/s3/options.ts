@@ -1,5 +1,6 @@
 import type { Clock } from "../../core/clock.js";
 import type { Logger } from "../../core/log.js";
+import type { CallObserver } from "../../metrics/observe.js";
 
 /** The steps of a commit at which `hooks` is called (tests interleave commits there). */
 export type S3CommitStep =
@@ -54,6 +55,8 @@ export type S3BackendOptions = {
   clock?: Clock;
   hooks?: S3CommitHooks;
   log?: Logger;
+  /** Told of every store call (operation, outcome, latency): metrics. */
+  observeCall?: CallObserver;
 };
 
 const MiB = 1024 * 1024;

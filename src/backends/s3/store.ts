@@ -17,6 +17,7 @@ import {
   UploadPartCommand,
   UploadPartCopyCommand,
 } from "@aws-sdk/client-s3";
+import { type CallObserver, callOutcome } from "../../metrics/observe.js";
 import type { ObjectHeaders } from "../storage-backend.js";
 import { noAnswerInTime, startDeadline } from "./deadline.js";
 import { classifyStoreError, storeDomainError, storeStatus } from "./store-errors.js";
@@ -37,6 +38,8 @@ export type StoreOptions = {
   credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
   forcePathStyle?: boolean;
   requestTimeoutMs: number;
+  /** Told of every call (its SDK command, outcome and latency, retries included): metrics. */
+  observeCall?: CallObserver;
 };
 
 export type StoredObject = {
@@ -107,6 +110,9 @@ export class Store {
     };
     this.client = new S3Client({ ...config, maxAttempts: 3 });
     this.once = new S3Client({ ...config, maxAttempts: 1 });
+    if (opts.observeCall) {
+      for (const client of [this.client, this.once]) observeCalls(client, opts.observeCall);
+    }
   }
 
   destroy(): void {
@@ -642,4 +648,23 @@ function totalSize(contentRange: string | undefined, fallback: number): number {
 /** S3's `encoding-type=url`: percent-encoding, and `+` for a space on Amazon S3. */
 function urlDecode(s: string): string {
   return decodeURIComponent(s.replace(/\+/g, " "));
+}
+
+/** Tells `observe` of each command the client sends, once per call (its retries included). */
+function observeCalls(client: S3Client, observe: CallObserver): void {
+  client.middlewareStack.add(
+    (next, context) => async (args) => {
+      const started = performance.now();
+      const operation = (context.commandName ?? "Unknown").replace(/Command$/, "");
+      try {
+        const out = await next(args);
+        observe(operation, "ok", (performance.now() - started) / 1000);
+        return out;
+      } catch (e) {
+        observe(operation, callOutcome(e), (performance.now() - started) / 1000);
+        throw e;
+      }
+    },
+    { step: "initialize", name: "fencegateObserveCalls" },
+  );
 }
