@@ -78,7 +78,8 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
   const now = opts.now ?? Date.now;
   const sessions = new SessionStore({ now, idleMs: opts.sessionIdleMs });
   const tail = new AuditTail({ audit: opts.audit, now, log: opts.log, pollMs: opts.pollMs });
-  const feeds = new Set<() => void>();
+  /** Each live feed's closer, with the session it serves. */
+  const feeds = new Map<() => void, { sessionId: string; signOut: () => void }>();
   const assets = loadAssets(opts.log);
   const app = new Hono<ConsoleEnv>({ strict: true });
   const at = (path: string) => `${CONSOLE_BASE}${path}`;
@@ -110,6 +111,9 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
 
   const page = (name: string) => () => {
     const asset = assets.get(name);
+    if (!asset && assets.size > 0) {
+      return json({ error: { code: "NotFound", message: `no such console file: ${name}` } }, 404);
+    }
     if (!asset) {
       return new Response("the console's files are not installed with this gateway\n", {
         status: 503,
@@ -180,7 +184,10 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
   });
 
   app.delete(at("/api/session"), (c) => {
-    sessions.end(sessionIdFrom(c.req.header("cookie")));
+    const id = sessionIdFrom(c.req.header("cookie"));
+    sessions.end(id);
+    // Its live feeds end now, not at their next heartbeat.
+    for (const feed of [...feeds.values()]) if (feed.sessionId === id) feed.signOut();
     const res = new Response(null, { status: 204, headers: SECURITY_HEADERS });
     res.headers.set("set-cookie", clearedCookie());
     return res;
@@ -289,11 +296,14 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
           }
         };
         cleanup = finish;
-        feeds.add(finish);
-        const ended = () => {
-          if (sessions.alive(session) && opts.secretOf(session.principal) !== undefined) return false;
+        const signOut = () => {
           send("signed-out", { message: "the console session ended; sign in again" });
           finish();
+        };
+        feeds.set(finish, { sessionId: session.id, signOut });
+        const ended = () => {
+          if (sessions.alive(session) && opts.secretOf(session.principal) !== undefined) return false;
+          signOut();
           return true;
         };
         const heartbeat = setInterval(() => {
@@ -327,7 +337,7 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
     fetch: (req, env) => app.fetch(req, env),
     close() {
       tail.close();
-      for (const finish of [...feeds]) finish();
+      for (const finish of [...feeds.keys()]) finish();
     },
   };
 }
