@@ -352,3 +352,24 @@ describe("the object timeline and the live feed", () => {
     await reader.cancel();
   });
 });
+
+describe("a shutdown", () => {
+  it("ends the open live feeds instead of waiting for them", async () => {
+    const own = await startConsoleGateway();
+    try {
+      const client = await signedIn(own.gw.url, ROOT);
+      const res = await fetch(`${own.gw.url}/_fence/console/api/events`, {
+        headers: { cookie: client.cookie ?? "" },
+      });
+      expect(res.status).toBe(200);
+      const body = res.text().catch(() => "");
+      const started = performance.now();
+      // With a bound of 20 s: requests in flight get up to that long; a feed is not one to wait for.
+      await own.gw.close(20_000);
+      expect(performance.now() - started).toBeLessThan(8_000);
+      expect(await body).toContain("event: hello");
+    } finally {
+      await own.stop();
+    }
+  });
+});
