@@ -7,9 +7,11 @@ import { Hono } from "hono";
 import type { AccessPolicy } from "../access/access-policy.js";
 import { toApiError } from "../api/errors.js";
 import { auditQuery } from "../api/lease-api.js";
+import { filterParam } from "../api/lease-input.js";
 import { leaseView } from "../api/lease-view.js";
 import type { AuditLog, AuditRecord } from "../audit/audit-log.js";
 import { DomainError } from "../core/errors.js";
+import { bucketNameProblem, objectKeyProblem } from "../core/key-rules.js";
 import type { Logger } from "../core/log.js";
 import type { Keyring } from "../fence/tokens.js";
 import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js";
@@ -213,8 +215,8 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
   app.get(at("/api/session"), (c) => json(whoami(c.get("session"))));
 
   app.get(at("/api/leases"), async (c) => {
-    const bucket = c.req.query("bucket") || undefined;
-    const prefix = c.req.query("prefix") || undefined;
+    const bucket = filterParam("bucket", c.req.query("bucket"));
+    const prefix = filterParam("prefix", c.req.query("prefix"));
     const leases = await opts.leases.list({ bucket, prefix });
     return json({ leases: leases.map(viewFor(c)), serverTime: new Date(now()).toISOString() });
   });
@@ -232,9 +234,12 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
   app.get(at("/api/audit"), async (c) => json(await opts.audit.query(auditQuery(c))));
 
   app.get(at("/api/timeline"), async (c) => {
-    const bucket = c.req.query("bucket") ?? "";
-    const key = c.req.query("key") ?? "";
-    if (bucket === "" || key === "") return json(invalid("bucket and key are required"), 400);
+    const bucket = filterParam("bucket", c.req.query("bucket"));
+    const key = filterParam("key", c.req.query("key"));
+    if (bucket === undefined || key === undefined) return json(invalid("bucket and key are required"), 400);
+    // S3's own rules: what no write could ever have used has no timeline.
+    const problem = bucketNameProblem(bucket) ?? objectKeyProblem(key)?.message;
+    if (problem) return json(invalid(problem), 400);
     const { principal } = caller(c);
     if (principal === null || !opts.access.allows(principal, "read", bucket, { key })) {
       return json(denied(`may not read ${bucket}/${key}`), 403);

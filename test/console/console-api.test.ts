@@ -230,8 +230,20 @@ describe("what each principal sees", () => {
     );
     expect(denied.status).toBe(403);
     expect(denied.body.error.code).toBe("AccessDenied");
-    const bad = await (await signedIn(gw.url, ROOT)).call("GET", `/timeline?bucket=${BUCKET}`);
-    expect(bad.status).toBe(400);
+    const admin = await signedIn(gw.url, ROOT);
+    expect((await admin.call("GET", `/timeline?bucket=${BUCKET}`)).status).toBe(400);
+    // A key S3 refuses (a NUL) and a bucket name S3 refuses: 400, never a 500.
+    expect((await admin.call("GET", `/timeline?bucket=${BUCKET}&key=a%00b`)).status).toBe(400);
+    expect((await admin.call("GET", "/timeline?bucket=Not_A_Bucket&key=a")).status).toBe(400);
+    // The lease list's filters are the lease API's: an odd one finds nothing, and is no crash.
+    const odd = await admin.call("GET", "/leases?bucket=a%00");
+    expect(odd.status).toBe(200);
+    expect(odd.body.leases).toEqual([]);
+    // An object nobody wrote (its bucket need not exist: a deleted bucket keeps its audit
+    // records): an empty timeline, no HCT.
+    const none = await admin.call("GET", "/timeline?bucket=no-such-bucket&key=a");
+    expect(none.status, none.text).toBe(200);
+    expect(none.body).toMatchObject({ highestToken: null, records: [], leases: [] });
   });
 
   it("applies the audit log's filters and refuses bad ones with 400", async () => {
