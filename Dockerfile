@@ -21,6 +21,8 @@ ENV NODE_ENV=production \
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
+# The browser console's static files (tsc copies only what it compiles).
+COPY --from=build /app/src/console/assets ./dist/console/assets
 COPY package.json ./
 COPY bin ./bin
 COPY config ./config

@@ -6,6 +6,7 @@
 #   rclone         /usr/bin/rclone         (test/clients/rclone.test.ts)
 #   python3-boto3  /usr/bin/python3 -c 'import boto3'   (test/clients/boto3.test.ts)
 #   curl           /usr/bin/curl           (test/api/lease-api.test.ts)
+#   chromium       /usr/bin/chromium       (test/console/console-browser.test.ts, headless)
 # The checks are the ones the suites make (test/support/tools.ts). Idempotent: with everything
 # present it changes nothing and says so. Non-interactive; runs as root, or through sudo -n.
 # Debian (12) and its derivatives.
@@ -19,6 +20,7 @@ checks=(
   "rclone|test -x /usr/bin/rclone"
   "python3-boto3|env -i PATH=/usr/bin:/bin /usr/bin/python3 -c 'import boto3'"
   "curl|test -x /usr/bin/curl"
+  "chromium|/usr/bin/chromium --version"
 )
 
 missing() {
@@ -31,7 +33,7 @@ missing() {
 
 read -r -a need <<<"$(missing)"
 if [ ${#need[@]} -eq 0 ]; then
-  echo "install-test-deps: nothing to install; present: redis-server awscli s3cmd rclone python3-boto3 curl"
+  echo "install-test-deps: nothing to install; present: redis-server awscli s3cmd rclone python3-boto3 curl chromium"
   exit 0
 fi
 

@@ -30,6 +30,7 @@ const RANKS: Readonly<Record<string, number>> = {
   s3: 6,
   api: 6,
   client: 7,
+  console: 7,
   server: 8,
   cli: 9,
 };

@@ -215,7 +215,8 @@ function jsonBody(c: Context<ApiEnv>): Record<string, unknown> {
   return parsed as Record<string, unknown>;
 }
 
-function auditQuery(c: Context<ApiEnv>): AuditQuery {
+/** An audit query from the contract's query parameters (also the console's audit search). */
+export function auditQuery(c: { req: { query(name: string): string | undefined } }): AuditQuery {
   const q = (name: string) => c.req.query(name) || undefined;
   const limitRaw = q("limit");
   let limit = DEFAULT_AUDIT_LIMIT;

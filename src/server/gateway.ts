@@ -9,6 +9,7 @@ import openapi from "../api/openapi.json" with { type: "json" };
 import { apiAuthenticator } from "../api/request-auth.js";
 import { resolveSecrets } from "../config/resolve.js";
 import type { Config } from "../config/schema.js";
+import { consoleApp, isConsolePath } from "../console/console-app.js";
 import { type Clock, systemClock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { createLogger, type Logger, type RequestSummary } from "../core/log.js";
@@ -131,9 +132,20 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   // Without them (the lease store unreachable at start), delegates get 403 until they are re-issued.
   await leases.loadDelegates().catch((err) => log.warn({ err }, "lease delegates not loaded"));
   const access = withDelegates(secrets.access, (id) => leases.delegateScope(id));
-  const authenticator = createRequestAuthenticator({
-    lookup: (accessKeyId) => secrets.credentials.get(accessKeyId) ?? leases.delegateSecretOf(accessKeyId),
-    clock,
+  const secretOf = (accessKeyId: string) =>
+    secrets.credentials.get(accessKeyId) ?? leases.delegateSecretOf(accessKeyId);
+  const authenticator = createRequestAuthenticator({ lookup: secretOf, clock });
+  // The browser console: signs in with the same access keys, sees what the lease API shows.
+  const consoleUi = consoleApp({
+    leases,
+    keyring: secrets.keyring,
+    access,
+    audit,
+    secretOf,
+    highestToken: (bucket, key) => backend.highestToken(bucket, key),
+    gatewayId,
+    log: log.child({ component: "console" }),
+    now: clock,
   });
 
   const domain = config.server.domain;
@@ -222,6 +234,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // Every path of the lease API's namespace gets the lease API's JSON, 404s and auth failures
     // included; only a virtual-hosted bucket host makes it an object key.
     if (isLeaseApiTarget(c.env.incoming.url, c.env.incoming.headers.host, domain)) {
+      if (isConsolePath(c.req.path)) {
+        return consoleUi.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId") });
+      }
       return api.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId") });
     }
     return s3(c);
@@ -382,6 +397,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       draining = "the gateway is shutting down";
       clearInterval(sweeper);
       await metricsListener?.close();
+      consoleUi.close();
       outcomes.close();
       await (boundMs === undefined ? closeNow() : shutdown(boundMs));
     })();

@@ -25,6 +25,7 @@ describe("the guard of suites that run external programs", () => {
       boto3: "python3-boto3",
       "redis-server": "redis-server",
       curl: "curl",
+      chromium: "chromium",
     });
   });
 });

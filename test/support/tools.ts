@@ -15,6 +15,8 @@ export const TOOLS = {
   boto3: { path: "/usr/bin/python3", debianPackage: "python3-boto3", probe: ["-c", "import boto3"] },
   "redis-server": { path: "/usr/bin/redis-server", debianPackage: "redis-server" },
   curl: { path: "/usr/bin/curl", debianPackage: "curl" },
+  /** Headless, for the console's end-to-end test (driven by playwright-core). */
+  chromium: { path: "/usr/bin/chromium", debianPackage: "chromium", probe: ["--version"] },
 } as const satisfies Record<string, Tool>;
 
 export type ToolName = keyof typeof TOOLS;
