@@ -359,10 +359,16 @@ export class AzureMultipartStore implements MultipartStore {
   }
 
   /** Removes every upload of a bucket (its meta prefix): part of deleting the bucket. */
+  /**
+   * Removes every upload's record and parts. Only those: the meta prefix also holds the bucket's
+   * marker, which a deleted bucket keeps (a commit still in flight reads it and is refused).
+   */
   async removeAll(bucket: string): Promise<void> {
     const container = await this.store.container(bucket);
-    for await (const item of this.listBlobs(container, this.meta)) {
-      await this.removeBlob(container.getBlockBlobClient(item.name));
+    for (const prefix of [uploadsPrefix(this.meta), partsPrefix(this.meta)]) {
+      for await (const item of this.listBlobs(container, prefix)) {
+        await this.removeBlob(container.getBlockBlobClient(item.name));
+      }
     }
   }
 
