@@ -1,19 +1,11 @@
 import { createWriteStream } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { AuditRecord } from "../client/types.js";
+import type { AuditQuery, AuditRecord } from "../client/types.js";
 import { type Column, outputMode, printList, table, write } from "./output.js";
 import { CliError, clientFromEnv, EXIT, intOption, isoOption, withApiErrors } from "./shared.js";
 
-type Filters = {
-  bucket?: string;
-  key?: string;
-  prefix?: string;
-  leaseId?: string;
-  decision?: string;
-  op?: string;
-  since?: string;
-  until?: string;
-};
+/** The contract's filters, as the SDK takes them (paging is the command's own). */
+type Filters = Omit<AuditQuery, "limit" | "cursor">;
 
 function query(opts: Filters) {
   return {
