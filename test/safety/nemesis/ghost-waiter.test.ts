@@ -76,9 +76,16 @@ describe("a waiting lease request whose ticket Redis kept", () => {
     expect(waiter).toBeInstanceOf(LeaseHeldError);
     // The reset dropped the gateway's Redis connection: until it is back, a release answers 503
     // and changes nothing. Release once it is back.
-    await waitFor(async () => gw.leases.release(holder.leaseId).then(() => true, () => false), {
-      what: "the release once the gateway's Redis connection is back",
-    });
+    await waitFor(
+      async () =>
+        gw.leases.release(holder.leaseId).then(
+          () => true,
+          () => false,
+        ),
+      {
+        what: "the release once the gateway's Redis connection is back",
+      },
+    );
     expect(await nextRequest(bucket)).toMatchObject({ bucket, key: "k" });
   }, 30_000);
 
