@@ -1,23 +1,35 @@
 /**
- * Lease acquire+release pairs per second through the lease API, against the gateway's own health
- * GET and a Hono hello-world on the same machine, 16 signing clients, alternating rounds; and the
- * gateway's CPU time per pair next to its CPU time per health GET (what each costs the gateway,
- * less sensitive to other load on the machine than the rates).
+ * Lease acquire+release pairs per second, and the server CPU time each pair costs, against what a
+ * user who needs a durable lease with a fencing token would pick instead. 16 clients, each
+ * acquiring and releasing a lease on its own keys, every target durable before it answers,
+ * alternating rounds, medians:
  *
- * Beside them, the ceiling of any lease pair: pairs of signed GETs of a live lease. They are the
- * same two signed lease API calls, authenticated and answered with the lease, with none of the
- * grant, release, audit records or commits; a lease pair cannot go faster than they do.
+ * - fencegate, embedded default: a signed POST /_fence/v1/leases and a signed DELETE (SQLite,
+ *   group commit with fsync, audit record per grant and release);
+ * - fencegate with its lease store (and audit log) on Redis with `appendfsync always`: the same
+ *   two signed calls through one gateway;
+ * - etcd (Debian's etcd-server, default fsync): lease grant + txn create-if-absent of the key
+ *   attached to the lease (its revision is the token) + revoke, through the `etcd3` client;
+ * - Redis with `appendfsync always`, called directly: one Lua SET NX PX + INCR of a fence counter,
+ *   one Lua compare-and-delete (ioredis, EVALSHA) — the same Redis the gateway above uses;
+ * - the ceiling of a lease pair through the lease API: two signed GETs of a live lease (the same
+ *   authentication and answer, none of the grant, release, audit records or commits).
  *
- *   npx tsx benchmarks/leases.ts [--seconds 4] [--rounds 3]
+ * Server CPU per pair is read from /proc/<pid>/stat (utime + stime) of each server process and
+ * its children: the gateway's, etcd's, redis-server's (for the Redis store: gateway + Redis).
+ *
+ *   npx tsx benchmarks/leases.ts [--seconds 3] [--rounds 3] [--concurrency 16]
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
+import { Redis } from "ioredis";
 import { Endpoint } from "./lib/http-client.js";
 import { alternate, closedLoop } from "./lib/load.js";
+import { etcdPair, REDIS_ACQUIRE, REDIS_RELEASE, startDurableRedis, startEtcd } from "./lib/peers.js";
 import { type Row, table } from "./lib/report.js";
-import { cpuMsOf, FENCEGATE_CREDS, startFencegate, startHonoHello } from "./lib/servers.js";
+import { cpuMsOfTree, FENCEGATE_CREDS, startFencegate } from "./lib/servers.js";
 
 export type LeaseBenchOptions = { seconds: number; rounds: number; concurrency: number };
 
@@ -44,88 +56,150 @@ async function readPair(gw: Endpoint, leaseId: string): Promise<void> {
   await gw.ok({ method: "GET", path: `/_fence/v1/leases/${leaseId}` });
 }
 
+type LuaRedis = Redis & {
+  fenceAcquire(key: string, counter: string, owner: string, ttlMs: number): Promise<number | null>;
+  fenceRelease(key: string, owner: string): Promise<number>;
+};
+
+const TARGETS = ["fencegate", "redis-gateway", "etcd", "redis-lua", "reads"] as const;
+type Target = (typeof TARGETS)[number];
+
 export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
   const dir = mkdtempSync(join(tmpdir(), "fencegate-bench-leases-"));
-  const fg = await startFencegate(join(dir, "fg"));
-  const hono = await startHonoHello();
+  const [etcd, redis] = await Promise.all([startEtcd(), startDurableRedis()]);
+  const [fg, fgRedis] = await Promise.all([
+    startFencegate(join(dir, "fg")),
+    startFencegate(
+      join(dir, "fg-redis"),
+      {
+        FENCEGATE_REDIS_URL: redis.url,
+        FENCEGATE_TOKEN_SIGNING_KEY: "bench-signing-key-for-replicas",
+        FENCEGATE_GATEWAY_ID: "gw-redis",
+      },
+      "fencegate-redis",
+    ),
+  ]);
   const gw = new Endpoint("fencegate", fg.url, FENCEGATE_CREDS, opts.concurrency);
-  const hello = new Endpoint("hono", hono.url, FENCEGATE_CREDS, opts.concurrency);
+  const gwRedis = new Endpoint("fencegate-redis", fgRedis.url, FENCEGATE_CREDS, opts.concurrency);
+  const lua = new Redis(redis.url, { lazyConnect: false }) as LuaRedis;
+  lua.defineCommand("fenceAcquire", { numberOfKeys: 2, lua: REDIS_ACQUIRE });
+  lua.defineCommand("fenceRelease", { numberOfKeys: 1, lua: REDIS_RELEASE });
+  const luaPair = async (client: number, n: number) => {
+    const key = `lua:c${client}/k${n % 64}`;
+    const owner = `${client}:${n}`;
+    const token = await lua.fenceAcquire(key, `fence:${key}`, owner, 30_000);
+    if (!(typeof token === "number" && token > 0)) throw new Error(`redis: ${key} still held`);
+    if ((await lua.fenceRelease(key, owner)) !== 1) throw new Error(`redis: ${key} not released`);
+  };
   try {
     await gw.ok({ method: "PUT", path: "/bench" });
+    await gwRedis.ok({ method: "PUT", path: "/bench" });
     // One long lease per client for the signed reads.
     const readIds: string[] = [];
     for (let client = 0; client < opts.concurrency; client++) {
       readIds.push(await acquireLease(gw, `read/${client}`, 3_600_000));
     }
-    // Warm both servers (JIT, prepared statements) before anything is measured.
-    await closedLoop(opts.concurrency, 1, (c, n) => leasePair(gw, c, n));
-    await closedLoop(opts.concurrency, 0.5, () => hello.ok({ method: "GET", path: "/" }));
-    // The gateway's CPU time per operation, over all rounds: what a pair costs it next to what a
-    // health GET costs it, whatever else the machine is doing.
-    const cpu = { pairs: { ms: 0, ops: 0 }, reads: { ms: 0, ops: 0 }, health: { ms: 0, ops: 0 } };
-    const targets = ["pairs", "reads", "health", "hono"] as const;
-    const results = await alternate(targets, opts.rounds, async (target) => {
-      const before = cpuMsOf(fg.pid);
-      let rate: Awaited<ReturnType<typeof closedLoop>>;
-      if (target === "pairs") {
-        rate = await closedLoop(opts.concurrency, opts.seconds, (c, n) => leasePair(gw, c, n));
-      } else if (target === "reads") {
-        rate = await closedLoop(opts.concurrency, opts.seconds, (c) => readPair(gw, readIds[c]!));
-      } else {
-        const ep = target === "health" ? gw : hello;
-        const path = target === "health" ? "/_fence/v1/health" : "/";
-        rate = await closedLoop(opts.concurrency, opts.seconds, () => ep.ok({ method: "GET", path }));
-      }
-      if (target !== "hono") {
-        cpu[target].ms += cpuMsOf(fg.pid) - before;
-        cpu[target].ops += rate.ops;
-      }
+    const run: Record<Target, (c: number, n: number) => Promise<void>> = {
+      fencegate: (c, n) => leasePair(gw, c, n),
+      "redis-gateway": (c, n) => leasePair(gwRedis, c, n),
+      etcd: (c, n) => etcdPair(etcd.client, `etcd/c${c}/k${n % 64}`),
+      "redis-lua": luaPair,
+      reads: (c) => readPair(gw, readIds[c]!),
+    };
+    // The servers each target costs CPU on.
+    const pids: Record<Target, number[]> = {
+      fencegate: [fg.pid],
+      "redis-gateway": [fgRedis.pid, redis.pid],
+      etcd: [etcd.pid],
+      "redis-lua": [redis.pid],
+      reads: [fg.pid],
+    };
+    // Warm every target (JIT, prepared statements, script cache, connections) before measuring.
+    for (const t of TARGETS) await closedLoop(opts.concurrency, t === "fencegate" ? 1 : 0.5, run[t]);
+    const cpu = Object.fromEntries(TARGETS.map((t) => [t, { ms: 0, ops: 0, redisMs: 0 }])) as Record<
+      Target,
+      { ms: number; ops: number; redisMs: number }
+    >;
+    const cpuNow = (t: Target) => pids[t].map(cpuMsOfTree);
+    const results = await alternate(TARGETS, opts.rounds, async (t) => {
+      const before = cpuNow(t);
+      const rate = await closedLoop(opts.concurrency, opts.seconds, run[t]);
+      const after = cpuNow(t);
+      cpu[t].ms += after.reduce((a, v, i) => a + v - before[i]!, 0);
+      if (t === "redis-gateway") cpu[t].redisMs += after[1]! - before[1]!;
+      cpu[t].ops += rate.ops;
       return rate.perSecond;
     });
-    const perHealthGet = (name: string, spent: { ms: number; ops: number }): Row => ({
-      name,
-      value: spent.ms / spent.ops,
-      unit: "ms",
-      baselineName: "per health GET",
-      baseline: cpu.health.ms / cpu.health.ops,
-    });
+    const us = (t: Target) => (cpu[t].ms * 1000) / cpu[t].ops;
+    const etcdRate = results.etcd.median;
     return [
       {
-        name: "lease acquire+release",
-        value: results.pairs.median,
+        name: "lease pairs/s, embedded default",
+        value: results.fencegate.median,
         unit: "pairs/s",
-        baselineName: "gateway health GET/s",
-        baseline: results.health.median,
-        target: { kind: "ratio>=", bound: 0.3 },
+        baselineName: "etcd",
+        baseline: etcdRate,
+        target: { kind: "ratio>=", bound: 2 },
       },
       {
-        name: "lease acquire+release",
-        value: results.pairs.median,
-        unit: "pairs/s",
-        baselineName: "Hono hello-world GET/s",
-        baseline: results.hono.median,
+        name: "server CPU per lease pair, embedded default (gateway)",
+        value: us("fencegate"),
+        unit: "µs",
+        baselineName: "etcd server",
+        baseline: us("etcd"),
+        target: { kind: "ratio<=", bound: 0.5 },
       },
-      perHealthGet("gateway CPU time per lease acquire+release pair", cpu.pairs),
       {
-        name: "ceiling: pairs of signed lease GETs",
+        name: "lease pairs/s, one gateway on the Redis lease store",
+        value: results["redis-gateway"].median,
+        unit: "pairs/s",
+        baselineName: "etcd",
+        baseline: etcdRate,
+        target: { kind: "ratio>=", bound: 1 },
+      },
+      {
+        name: "gateway + Redis CPU per lease pair, Redis lease store",
+        value: us("redis-gateway"),
+        unit: "µs",
+        baselineName: "Redis CPU per direct Lua pair",
+        baseline: us("redis-lua"),
+        target: { kind: "ratio<=", bound: 4 },
+      },
+      {
+        name: "  of which Redis CPU per lease pair, Redis lease store",
+        value: (cpu["redis-gateway"].redisMs * 1000) / cpu["redis-gateway"].ops,
+        unit: "µs",
+        baselineName: "Redis CPU per direct Lua pair",
+        baseline: us("redis-lua"),
+      },
+      {
+        name: "direct Redis Lua pairs/s (appendfsync always)",
+        value: results["redis-lua"].median,
+        unit: "pairs/s",
+        baselineName: "etcd",
+        baseline: etcdRate,
+      },
+      {
+        name: "ceiling: pairs of signed lease GETs/s, embedded default",
         value: results.reads.median,
         unit: "pairs/s",
-        baselineName: "gateway health GET/s",
-        baseline: results.health.median,
+        baselineName: "lease pairs/s, embedded default",
+        baseline: results.fencegate.median,
       },
       {
-        name: "lease acquire+release",
-        value: results.pairs.median,
-        unit: "pairs/s",
-        baselineName: "pairs of signed lease GETs/s",
-        baseline: results.reads.median,
+        name: "gateway CPU per pair of signed lease GETs",
+        value: us("reads"),
+        unit: "µs",
+        baselineName: "per lease pair, embedded default",
+        baseline: us("fencegate"),
       },
-      perHealthGet("gateway CPU time per pair of signed lease GETs", cpu.reads),
     ];
   } finally {
     gw.close();
-    hello.close();
-    await Promise.all([fg.stop(), hono.stop()]);
+    gwRedis.close();
+    lua.disconnect();
+    await Promise.all([fg.stop(), fgRedis.stop()]);
+    await Promise.all([etcd.stop(), redis.stop()]);
     rmSync(dir, { recursive: true, force: true });
   }
 }
@@ -133,7 +207,7 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
 if (import.meta.filename === process.argv[1]) {
   const { values } = parseArgs({
     options: {
-      seconds: { type: "string", default: "4" },
+      seconds: { type: "string", default: "3" },
       rounds: { type: "string", default: "3" },
       concurrency: { type: "string", default: "16" },
     },

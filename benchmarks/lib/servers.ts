@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 
 /**
@@ -129,4 +129,39 @@ export function cpuMsOf(pid: number): number {
   const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
   // utime and stime: fields 14 and 15 of stat, in clock ticks (100 a second on Linux).
   return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/**
+ * CPU time (user + system, milliseconds) used so far by a server process and every process
+ * below it (children, their children), read from /proc/<pid>/stat: a server that forks helpers
+ * is charged for them too.
+ */
+export function cpuMsOfTree(pid: number): number {
+  const stats = new Map<number, { ppid: number; ms: number }>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let text: string;
+    try {
+      text = readFileSync(`/proc/${entry}/stat`, "utf8");
+    } catch {
+      continue; // exited meanwhile
+    }
+    const fields = text.slice(text.lastIndexOf(") ") + 2).split(" ");
+    stats.set(Number(entry), { ppid: Number(fields[1]), ms: (Number(fields[11]) + Number(fields[12])) * 10 });
+  }
+  if (!stats.has(pid)) throw new Error(`no process ${pid}`);
+  let total = 0;
+  const tree = new Set([pid]);
+  // Parents have lower pids than their children only until pids wrap: iterate until stable.
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [p, s] of stats) {
+      if (!tree.has(p) && tree.has(s.ppid)) {
+        tree.add(p);
+        grew = true;
+      }
+    }
+  }
+  for (const p of tree) total += stats.get(p)!.ms;
+  return total;
 }
