@@ -135,10 +135,10 @@ export async function putGetBench(opts: PutGetOptions): Promise<Row[]> {
           baseline: results.direct.median,
         };
         if (label === "4 KiB" && op === "PUT") {
-          vsS3rver.target = { kind: "ratio>=", bound: 1.5 };
+          vsS3rver.target = { kind: "ratio>=", bound: 2 };
           vsDirect.target = { kind: "ratio>=", bound: 1.0 };
         }
-        if (label === "4 KiB" && op === "GET") vsS3rver.target = { kind: "ratio>=", bound: 2 };
+        if (label === "4 KiB" && op === "GET") vsS3rver.target = { kind: "ratio>=", bound: 3 };
         rows.push(vsS3rver, vsDirect);
         if (label === "4 KiB") {
           const cpuRow: Row = {

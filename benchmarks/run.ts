@@ -3,7 +3,10 @@
  * its baseline from the same run (medians of alternating rounds where the figure is a rate).
  * Sized to finish in under 10 minutes on a 2-core machine. `npm run bench`.
  *
- *   npx tsx benchmarks/run.ts [--quick] [--only leases,lease-concurrency,put-get,growth,memory,streaming,audit-redis] [--out file.md]
+ *   npx tsx benchmarks/run.ts [--quick] [--only leases,lease-concurrency,put-get,growth,memory,streaming,audit-redis,cli-start] [--out file.md]
+ *
+ * The lease suite compares with etcd and Redis (appendfsync always): scripts/bench-setup.sh
+ * installs Debian's etcd-server and redis-server when missing (the suite runs it itself).
  *
  * --quick shortens every benchmark (one round, smaller states) to check that the suite runs.
  */
@@ -11,6 +14,7 @@ import { writeFileSync } from "node:fs";
 import { cpus, loadavg, totalmem } from "node:os";
 import { parseArgs } from "node:util";
 import { auditRedisBench } from "./audit-redis.js";
+import { cliStartBench } from "./cli-row.js";
 import { growthBench } from "./growth.js";
 import { leaseConcurrencyBench } from "./lease-concurrency.js";
 import { leaseBench } from "./leases.js";
@@ -59,6 +63,8 @@ const suites: Array<[string, () => Promise<Row[]>]> = [
   ],
   ["streaming", () => streamingBench({ rounds: quick ? 1 : 3, sizesMiB: quick ? [64] : [256, 1024] })],
   ["audit-redis", () => auditRedisBench({ records: quick ? 100_000 : 1_000_000, queries: quick ? 20 : 100 })],
+  ["cli-start", () => cliStartBench({ runs: quick ? 3 : 10 })],
+  // ["round-trips", () => roundTripBench({ quick })], // benchmarks/round-trips.ts: store requests per fenced write
 ];
 
 const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
