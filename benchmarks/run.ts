@@ -34,7 +34,16 @@ const quick = values.quick;
 const only = values.only ? new Set(values.only.split(",")) : null;
 
 const suites: Array<[string, () => Promise<Row[]>]> = [
-  ["leases", () => leaseBench({ seconds: quick ? 1 : 3, rounds: quick ? 1 : 3, concurrency: 16 })],
+  [
+    "leases",
+    () =>
+      leaseBench({
+        seconds: quick ? 1 : 3,
+        rounds: quick ? 1 : 3,
+        concurrency: 16,
+        warmSeconds: quick ? 1 : 3,
+      }),
+  ],
   [
     "lease-concurrency",
     () => leaseConcurrencyBench({ seconds: quick ? 0.5 : 2, rounds: quick ? 1 : 3, callers: [256, 1024] }),
