@@ -11,6 +11,8 @@ import type { ApiEnv } from "./lease-api.js";
 /** Lease API request bodies are small JSON documents. */
 const MAX_BODY_BYTES = 64 * 1024;
 const EMPTY = Buffer.alloc(0);
+/** SHA-256 of no bytes: the payload hash of every request without a body (GET, DELETE). */
+const EMPTY_SHA256 = createHash("sha256").update(EMPTY).digest("hex");
 
 /**
  * SigV4 for the lease API, with the S3 access keys. Unlike S3, generic SigV4 clients (curl
@@ -22,7 +24,7 @@ export function apiAuthenticator(auth: RequestAuthenticator) {
     const incoming = c.env.incoming;
     continueBody(incoming);
     const body = await readBody(incoming);
-    const bodyHash = createHash("sha256").update(body).digest("hex");
+    const bodyHash = body.length === 0 ? EMPTY_SHA256 : createHash("sha256").update(body).digest("hex");
     const headers = { ...incoming.headers };
     const claimed = headers["x-amz-content-sha256"];
     if (claimed === undefined) headers["x-amz-content-sha256"] = bodyHash;
@@ -44,24 +46,51 @@ export function apiAuthenticator(auth: RequestAuthenticator) {
 /**
  * The whole (small) body, read from the Node request itself: going through the Fetch API's
  * Request would wrap it in a Web stream first, which costs more than the rest of a lease call's
- * parsing. Nothing else reads the body before this.
+ * parsing; an async iterator over the stream costs more than these listeners too. Nothing else
+ * reads the body before this. A body past the limit destroys the request, as leaving a `for
+ * await` over it would.
  */
-async function readBody(incoming: IncomingMessage): Promise<Buffer> {
+function readBody(incoming: IncomingMessage): Promise<Buffer> {
   const length = incoming.headers["content-length"];
   // No Content-Length and no Transfer-Encoding: HTTP/1.1 says there is no body (a DELETE, a GET).
   if ((length === undefined || length === "0") && incoming.headers["transfer-encoding"] === undefined) {
-    return EMPTY;
+    return Promise.resolve(EMPTY);
   }
   const declared = Number(length ?? 0);
-  if (declared > MAX_BODY_BYTES) throw tooLarge();
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of incoming as AsyncIterable<Buffer>) {
-    size += chunk.byteLength;
-    if (size > MAX_BODY_BYTES) throw tooLarge();
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks);
+  if (declared > MAX_BODY_BYTES) return Promise.reject(tooLarge());
+  const prematureClose = () =>
+    Object.assign(new Error("Premature close"), { code: "ERR_STREAM_PREMATURE_CLOSE" });
+  // Gone before anything read it: its end or close has already been and will not come again.
+  if (incoming.destroyed || incoming.readableEnded) return Promise.reject(prematureClose());
+  return new Promise<Buffer>((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const done = (err: Error | null) => {
+      incoming.off("data", onData);
+      incoming.off("end", onEnd);
+      incoming.off("error", onError);
+      incoming.off("close", onClose);
+      if (err) reject(err);
+      else resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
+    };
+    const onData = (chunk: Buffer) => {
+      size += chunk.byteLength;
+      if (size > MAX_BODY_BYTES) {
+        done(tooLarge());
+        incoming.destroy();
+        return;
+      }
+      chunks.push(chunk);
+    };
+    const onEnd = () => done(null);
+    const onError = (err: Error) => done(err);
+    // Closed before its end: the client went away half-way through the body.
+    const onClose = () => done(prematureClose());
+    incoming.on("data", onData);
+    incoming.once("end", onEnd);
+    incoming.once("error", onError);
+    incoming.once("close", onClose);
+  });
 }
 
 function tooLarge(): DomainError {
