@@ -152,11 +152,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const app = new Hono<S3Env>();
   app.use("*", async (c, next) => {
     const requestId = newRequestId();
-    const requestLog = log.child({ requestId });
     const started = performance.now();
     const summary: RequestSummary = {};
     c.set("requestId", requestId);
-    c.set("log", requestLog);
     c.set("summary", summary);
     requestIds.set(c.env.incoming, requestId);
     await next();
@@ -166,17 +164,22 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
         ? apiOperation(c.req.method, c.req.path)
         : "s3_unrouted");
     metrics.request(op, c.res.status, (performance.now() - started) / 1000);
-    // The path only: a query string may hold a presigned signature or a fencing token.
-    requestLog.info(
-      {
-        method: c.req.method,
-        path: c.req.path,
-        status: c.res.status,
-        ...summary,
-        durationMs: Math.round((performance.now() - started) * 10) / 10,
-      },
-      "request",
-    );
+    // The path only: a query string may hold a presigned signature or a fencing token. The
+    // request id comes first, where a child logger's binding would put it; no child logger is
+    // made per request for this one line (nor at all when the level drops it).
+    if (log.isLevelEnabled("info")) {
+      log.info(
+        {
+          requestId,
+          method: c.req.method,
+          path: c.req.path,
+          status: c.res.status,
+          ...summary,
+          durationMs: Math.round((performance.now() - started) * 10) / 10,
+        },
+        "request",
+      );
+    }
     c.res.headers.set("x-amz-request-id", requestId);
     c.res.headers.set("x-amz-id-2", Buffer.from(`${gatewayId}/${requestId}`).toString("base64"));
     c.res.headers.set("server", "fencegate");
@@ -239,6 +242,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       }
       return api.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId") });
     }
+    // The S3 handler logs with the request id bound; the lease API has no use for a child logger.
+    c.set("log", log.child({ requestId: c.get("requestId") }));
     return s3(c);
   });
 
@@ -453,11 +458,20 @@ export function isLeaseApiTarget(
 ): boolean {
   if (target === undefined) return false;
   if (domain !== undefined && bucketFromHost(host, domain) !== null) return false;
+  // What every lease API client sends: the first segment as is, no decoding to do.
+  if (target.startsWith(API_FIRST_PATH)) {
+    const next = target.charCodeAt(API_FIRST_PATH.length);
+    // "/_fence" then "/", "?" or the end.
+    if (Number.isNaN(next) || next === 0x2f || next === 0x3f) return true;
+  }
   const path = safeDecode(splitRawUrl(target).rawPath);
   const [first = ""] = path.split("/").filter((seg) => seg !== "");
-  const [apiFirst] = API_BASE.split("/").filter((seg) => seg !== "");
-  return first === apiFirst;
+  return first === API_FIRST_SEGMENT;
 }
+
+/** The lease API's first path segment ("_fence"), and it as a target starts with it ("/_fence"). */
+const API_FIRST_SEGMENT = API_BASE.split("/").filter((seg) => seg !== "")[0]!;
+const API_FIRST_PATH = `/${API_FIRST_SEGMENT}`;
 
 function validHost(host: string | undefined): boolean {
   if (!host) return false;
