@@ -62,6 +62,14 @@ async function readPair(gw: Endpoint, leaseId: string): Promise<void> {
   await gw.ok({ method: "GET", path: `/_fence/v1/leases/${leaseId}` });
 }
 
+/** Commands a Redis has run so far (the sum of INFO commandstats' calls). */
+async function redisCalls(redis: { command(...args: string[]): Promise<unknown> }): Promise<number> {
+  const info = String(await redis.command("INFO", "commandstats"));
+  let calls = 0;
+  for (const m of info.matchAll(/^cmdstat_[^:]+:calls=(\d+)/gm)) calls += Number(m[1]);
+  return calls;
+}
+
 type LuaRedis = Redis & {
   fenceAcquire(key: string, counter: string, owner: string, ttlMs: number): Promise<number | null>;
   fenceRelease(key: string, owner: string): Promise<number>;
@@ -132,10 +140,15 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
       { ms: number; ops: number; redisMs: number }
     >;
     const cpuNow = (t: Target) => pids[t].map(cpuMsOfTree);
+    // Commands Redis ran for the gateway's pairs and for the direct ones (INFO commandstats).
+    const commands = { "redis-gateway": 0, "redis-lua": 0 };
     const results = await alternate(TARGETS, opts.rounds, async (t) => {
+      const counted = t === "redis-gateway" || t === "redis-lua";
+      const calls0 = counted ? await redisCalls(redis) : 0;
       const before = cpuNow(t);
       const rate = await closedLoop(opts.concurrency, opts.seconds, run[t]);
       const after = cpuNow(t);
+      if (counted) commands[t] += (await redisCalls(redis)) - calls0 - 1; // less the INFO itself
       cpu[t].ms += after.reduce((a, v, i) => a + v - before[i]!, 0);
       if (t === "redis-gateway") cpu[t].redisMs += after[1]! - before[1]!;
       cpu[t].ops += rate.ops;
@@ -182,6 +195,13 @@ export async function leaseBench(opts: LeaseBenchOptions): Promise<Row[]> {
         unit: "µs",
         baselineName: "Redis CPU per direct Lua pair",
         baseline: us("redis-lua"),
+      },
+      {
+        name: "  Redis commands per lease pair, Redis lease store",
+        value: commands["redis-gateway"] / cpu["redis-gateway"].ops,
+        unit: "commands",
+        baselineName: "per direct Lua pair",
+        baseline: commands["redis-lua"] / cpu["redis-lua"].ops,
       },
       {
         name: "direct Redis Lua pairs/s (appendfsync always)",
