@@ -31,7 +31,6 @@ import {
   METRICS_PATH,
   type MetricsSettings,
   metricsAnswer,
-  metricsSettingsFromEnv,
   startMetricsListener,
 } from "../metrics/endpoint.js";
 import { createMetrics } from "../metrics/metrics.js";
@@ -69,7 +68,7 @@ export type StartOptions = {
   log?: Logger;
   /** Sweep interval for expired leases (audit LeaseExpired events). */
   sweepMs?: number;
-  /** Where metrics are served and who may read them; default: FENCEGATE_METRICS_* from the environment. */
+  /** Where metrics are served and who may read them; default: the configuration's `metrics`. */
   metrics?: MetricsSettings;
 };
 
@@ -79,7 +78,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const gatewayId = config.gatewayId ?? `gw-${randomBytes(4).toString("hex")}`;
   const log = options.log ?? createLogger(config.log.level, { gateway: gatewayId });
   const secrets = resolveSecrets(config);
-  const metricsSettings = options.metrics ?? metricsSettingsFromEnv(process.env);
+  const metricsSettings = options.metrics ?? config.metrics;
   const metrics = createMetrics({ gatewayId, version: VERSION });
   const components = await openComponents(config, { clock, gatewayId, log, metrics });
   const { backend, leaseStore, audit } = components;
