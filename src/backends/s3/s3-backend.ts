@@ -399,10 +399,22 @@ export class S3Backend implements StorageBackend {
     if (this.ctx.closed) return;
     this.ctx.closed = true;
     clearInterval(this.gcTimer);
-    await this.ctx.flushReplaced();
+    // Replaced blobs still waiting: removed now, for a moment at most (a store that does not
+    // answer must not hold the shutdown; what stays is the collector's).
+    let bound: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.ctx.flushReplaced(),
+      new Promise<void>((resolve) => {
+        bound = setTimeout(resolve, CLOSE_FLUSH_MS);
+      }),
+    ]);
+    clearTimeout(bound);
     this.ctx.store.destroy();
   }
 }
+
+/** How long close() waits for the removal of replaced blobs. */
+const CLOSE_FLUSH_MS = 1_000;
 
 function infoOf(key: string, live: LiveVersion): ObjectInfo {
   return {
