@@ -7,6 +7,17 @@ export type InFlightWrites = (bucket: string) => Promise<ObjectRef[]>;
 /** No commit in flight anywhere: for tests and single-process tools without a lease store. */
 export const noWritesInFlight: InFlightWrites = async () => [];
 
+/**
+ * How long a gateway may trust a read of a bucket's state that found it live, from when that read
+ * was sent, instead of reading it again before each write (CasPort.checkBucket): a deletion waits
+ * longer than this after marking the bucket (step 1 below) before it looks for commits in flight,
+ * so every write that still trusted an older read recorded its commit intent before that look.
+ * This assumes the gateways' clocks run at about the same rate (not that they agree), as leases do.
+ */
+export const BUCKET_STATE_TRUST_MS = 1_000;
+/** What a deletion waits after marking its bucket: the trust above, and a margin for clock rates. */
+export const BUCKET_MARK_WAIT_MS = Math.ceil(BUCKET_STATE_TRUST_MS * 1.5) + 50;
+
 /** A deletion not finished after this long was abandoned (its gateway died): it may be taken back. */
 export const ABANDONED_DELETION_MS = 30_000;
 
@@ -17,10 +28,11 @@ export const ABANDONED_DELETION_MS = 30_000;
  *
  * 1. The marker goes from live to deleting (compare-and-swap). From then on a write that reads
  *    the marker is refused (OperationAborted); reads go on.
- * 2. Every object with a commit in flight is touched (the same state under a new write id). A
- *    write that saw the marker still live read its object before step 1 (CasPort.checkBucket),
- *    hence before the touch, so its conditional write fails, and when it reads again it sees the
- *    marker. Commits in flight are exactly those with a commit intent in the lease store: every
+ * 2. After BUCKET_MARK_WAIT_MS, every object with a commit in flight is touched (the same state
+ *    under a new write id). A write that saw the marker still live (or trusted a read that did,
+ *    sent less than BUCKET_STATE_TRUST_MS before) got its object's state before step 1 or before
+ *    the wait ended (CasPort.checkBucket), hence before the touch, so its conditional write
+ *    fails, and when it reads again it sees the marker (the trust is over by then). Commits in flight are exactly those with a commit intent in the lease store: every
  *    write to such a backend records one before its first read.
  * 3. Empty now (no live object): the marker goes from deleting to deleted, and the deletion is
  *    done. Not empty (a write landed before step 2): the marker goes back to live, BucketNotEmpty.
@@ -43,6 +55,7 @@ export async function deleteBucketSafely(
   if (!deleting) throw inProgress(bucket);
   marker = deleting;
   try {
+    await new Promise((resolve) => setTimeout(resolve, BUCKET_MARK_WAIT_MS));
     const refs = new Map((await inFlight(bucket)).map((r) => [r.key, r]));
     for (const ref of refs.values()) await port.touch(ref);
     if (!(await port.isEmpty(bucket))) throw notEmpty(bucket);

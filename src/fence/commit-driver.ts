@@ -193,15 +193,35 @@ async function runSwaps<S>(
   let observed =
     early && early.ref.bucket === ref.bucket && early.ref.key === ref.key
       ? early.observed
-      : await port.read(ref, { attempt: 1, etag });
+      : await port.read(ref, { attempt: 1, etag, cached: true });
+  // The early look did not look for a foreign object at the key, and the decision needs it.
+  if (etag && observed.etagUnknown) observed = await port.read(ref, { attempt: 1, etag, cached: true });
   // After the object's state, never before: see CasPort.checkBucket.
   if (write) await port.checkBucket(ref.bucket);
   /** The state the last send whose answer never came was conditioned on. */
   let uncertain: Observed | null = null;
   for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
-    const { next, highestToken } = decide(spec, observed, commit, writeId);
+    let decided: ReturnType<typeof decide<S>>;
+    try {
+      decided = decide(spec, observed, commit, writeId);
+      if (decided.next?.kind === "put") await port.usable?.(decided.next.version, observed);
+    } catch (e) {
+      // A state this process remembered may be stale: a refusal is only decided on a fresh read.
+      if (!observed.cached) throw e;
+      observed = await port.read(ref, { attempt, etag });
+      if (write) await port.checkBucket(ref.bucket);
+      attempt--;
+      continue;
+    }
+    const { next, highestToken } = decided;
+    // Nothing to write on a remembered state: the stored one may differ; decide on a fresh read.
+    if (next === null && observed.cached) {
+      observed = await port.read(ref, { attempt, etag });
+      if (write) await port.checkBucket(ref.bucket);
+      attempt--;
+      continue;
+    }
     if (next === null) return { before: observed, highestToken, wrote: false };
-    if (next.kind === "put") await port.usable?.(next.version, observed);
     // Nothing was sent yet: a client that went away is refused. Once sent, a commit is seen
     // through whatever the client does: its outcome is what gets recorded.
     if (attempt === 1 && commit?.signal.aborted) throw abandoned();

@@ -57,6 +57,17 @@ export type Observed = FenceState & {
   version: string | null;
   /** The backend's own view of the state, for the swap that names it (opaque to the driver). */
   raw?: unknown;
+  /**
+   * The state as this process last saw it (read or written), not read from the store just now:
+   * it may be stale. A swap that names it fails if it is (and the driver reads again), and the
+   * driver never refuses a write on it: a refusal is decided again on a fresh read.
+   */
+  cached?: boolean;
+  /**
+   * A foreign (plain) object at the key was not looked up: `etag` and `stored` may leave it out.
+   * Write conditions and deletes are never decided on such a state (the driver reads again).
+   */
+  etagUnknown?: boolean;
 };
 
 /** What a write makes of the object. `S` is the backend's staged version. */
@@ -94,6 +105,11 @@ export type ReadOptions = {
    * conditions and deletes. Otherwise `etag` and `stored` may leave such an object out.
    */
   etag: boolean;
+  /**
+   * The backend may answer from the state this process last saw of the object (Observed.cached)
+   * instead of reading it: only for a commit's first basis.
+   */
+  cached?: boolean;
   signal?: AbortSignal;
 };
 
@@ -115,7 +131,9 @@ export interface CasPort<S> {
    * calls it after each read of the object's state and before its conditional write: a bucket
    * deletion marks the bucket, then changes the state of every object with a commit in flight,
    * so a write that saw the bucket unmarked read its object before that change, and its swap
-   * fails (src/fence/bucket-deletion.ts).
+   * fails (src/fence/bucket-deletion.ts). It may answer from a read that found the bucket live,
+   * sent less than BUCKET_STATE_TRUST_MS ago (a deletion waits longer than that after marking),
+   * never from anything older, nor from a read that found it deleted or being deleted.
    */
   checkBucket(bucket: string, signal?: AbortSignal): Promise<void>;
   /**

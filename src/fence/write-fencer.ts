@@ -119,7 +119,12 @@ export class WriteFencer {
         throw new StaleTokenError(token, state.highestToken);
       }
       const conditions = ctx.conditions ?? {};
-      checkWriteConditions(conditions, state.etag);
+      // A state the backend remembered (not read just now) may be stale, and one read without a
+      // look for a foreign object at the key may lack its ETag: the conditions are then decided
+      // by the commit only, on a complete read. (An HCT never goes down: a token
+      // below a remembered HCT is below the stored one too.)
+      const unsure = state.early?.observed.cached || state.early?.observed.etagUnknown;
+      if (!unsure) checkWriteConditions(conditions, state.etag);
 
       let fence: Fence = token === null ? null : { token };
       if (!authorized.fenced && !joins.leases) {

@@ -208,11 +208,22 @@ export class AzureBackend implements StorageBackend {
 
   async writeState(bucket: string, key: string): Promise<WriteState> {
     this.assertOpen();
-    const view = await this.store.readView(bucket, key, undefined, true);
+    // The state this process last saw may start the commit (its conditional write names it: a
+    // stale one costs a 412 and a fresh read), in a bucket found live moments ago.
+    // Its check of the bucket (container and deletion marker) is the one the commit makes later,
+    // trusted for a second (BUCKET_STATE_TRUST_MS); it throws NoSuchBucket before the body.
+    const latest = this.store.latest(bucket, key);
+    const [view] = await Promise.all([
+      latest ?? this.store.readView(bucket, key),
+      this.store.trustedLive(bucket) ? undefined : this.port.checkBucket(bucket),
+    ]);
     return {
       highestToken: view.hct,
       etag: view.live ? view.s3Etag : null,
-      early: { ref: { bucket, key }, observed: observed(view) },
+      early: {
+        ref: { bucket, key },
+        observed: latest ? { ...observed(view), cached: true } : observed(view),
+      },
     };
   }
 

@@ -1,6 +1,7 @@
 import type { BlobServiceClient, BlockBlobClient, ContainerClient } from "@azure/storage-blob";
 import { DomainError } from "../../core/errors.js";
 import { assertValidObjectKey } from "../../core/key-rules.js";
+import { BUCKET_STATE_TRUST_MS } from "../../fence/bucket-deletion.js";
 import type { BucketInfo } from "../storage-backend.js";
 import { AzureCalls } from "./azure-calls.js";
 import { azureStatus, isBlobNotFound, isContainerNotFound } from "./azure-errors.js";
@@ -31,11 +32,18 @@ export type ContainerState =
 export const noSuchBucket = (bucket: string) =>
   new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket });
 
+/** How many blobs' last states a backend keeps (least recently used out first). */
+const LATEST_CAPACITY = 10_000;
+
 export class AzureStore {
   readonly calls: AzureCalls;
   /** What this backend learnt about the service (shared by its listings and assemblies). */
   readonly hints: { startFromHonoured?: boolean; stageFromUrl?: boolean } = {};
   private hnsDetected: Promise<boolean> | undefined;
+  /** Containers a read found live (and their bucket marker live), until when that may be trusted. */
+  private readonly liveUntil = new Map<string, number>();
+  /** The last state this process saw of each blob it committed or read (a commit's first basis). */
+  private readonly last = new Map<string, BlobView>();
 
   constructor(
     private readonly client: Promise<AzureClient>,
@@ -144,6 +152,52 @@ export class AzureStore {
     return { state: "live", info: { name: bucket, creationDate }, metadata };
   }
 
+  /**
+   * Trusts, for BUCKET_STATE_TRUST_MS from `sent` (performance.now() when the reads were sent),
+   * that the bucket is live: its container and its deletion marker were read live.
+   */
+  trustLive(bucket: string, sent: number): void {
+    this.liveUntil.set(bucket, sent + BUCKET_STATE_TRUST_MS);
+  }
+
+  /** Whether reads sent less than BUCKET_STATE_TRUST_MS ago found the bucket live. */
+  trustedLive(bucket: string): boolean {
+    const until = this.liveUntil.get(bucket);
+    if (until === undefined) return false;
+    if (performance.now() < until) return true;
+    this.liveUntil.delete(bucket);
+    return false;
+  }
+
+  distrust(bucket: string): void {
+    this.liveUntil.delete(bucket);
+  }
+
+  /**
+   * The last state of the blob this process saw, possibly no longer the stored one: only for a
+   * commit's first basis, whose conditional write names its ETag (a stale one fails with 412).
+   */
+  latest(bucket: string, name: string): BlobView | undefined {
+    const id = `${bucket}\n${name}`;
+    const hit = this.last.get(id);
+    if (hit !== undefined) {
+      this.last.delete(id);
+      this.last.set(id, hit);
+    }
+    return hit;
+  }
+
+  remember(bucket: string, name: string, view: BlobView | null): void {
+    const id = `${bucket}\n${name}`;
+    this.last.delete(id);
+    if (view === null || !view.exists || view.azureEtag === null) return;
+    this.last.set(id, view);
+    if (this.last.size > LATEST_CAPACITY) {
+      const oldest = this.last.keys().next().value;
+      if (oldest !== undefined) this.last.delete(oldest);
+    }
+  }
+
   /** NoSuchBucket unless the bucket's container exists and is not marked deleted. */
   async requireBucket(bucket: string, signal?: AbortSignal): Promise<BucketInfo> {
     const found = await this.containerState(bucket, signal);
@@ -168,8 +222,13 @@ export class AzureStore {
         (e) => azureStatus(e) === 404,
       )
       .then(
-        (props) => viewOf(props, `${bucket}/${name}`),
+        (props) => {
+          const view = viewOf(props, `${bucket}/${name}`);
+          this.remember(bucket, name, view);
+          return view;
+        },
         (e: unknown) => {
+          this.remember(bucket, name, null);
           if (isBlobNotFound(e)) return MISSING;
           if (isContainerNotFound(e)) throw noSuchBucket(bucket);
           throw e;

@@ -27,6 +27,7 @@ import {
   type StoredState,
   TOMBSTONE_KEY,
   tombstoneState,
+  viewOf,
 } from "./blob-state.js";
 
 /**
@@ -77,9 +78,11 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
   ) {}
 
   async read(ref: ObjectRef, opts: ReadOptions): Promise<Observed> {
-    const view = await this.store.readView(ref.bucket, ref.key, opts.signal);
+    // The state this process last saw, if the caller may start from it (Observed.cached).
+    const latest = opts.cached ? this.store.latest(ref.bucket, ref.key) : undefined;
+    const view = latest ?? (await this.store.readView(ref.bucket, ref.key, opts.signal));
     await this.store.hook("properties-read", { op: "put", ...ref });
-    return observed(view);
+    return latest ? { ...observed(view), cached: true } : observed(view);
   }
 
   async checkBucket(bucket: string, signal?: AbortSignal): Promise<void> {
@@ -98,7 +101,9 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
     const blob = await this.store.blobOnce(ref.bucket, ref.key);
     const conditions = from.version === null ? { ifNoneMatch: "*" } : { ifMatch: from.version };
     const history = [...from.writes].slice(-(WRITE_HISTORY - 1));
-    let answer: { lastModified?: Date };
+    let answer: { lastModified?: Date; etag?: string };
+    /** What the new state will look like, remembered once it landed (the next commit's basis). */
+    let written: { metadata: Record<string, string>; size: number } | undefined;
     try {
       answer = await this.store.calls.run(
         `commit ${ref.bucket}/${ref.key}`,
@@ -120,6 +125,7 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
               ...(next.note !== undefined ? { a: next.note } : {}),
             });
             const blobHTTPHeaders = blobHeadersOf(v.headers, v.contentMd5);
+            written = { metadata, size: v.staged.size };
             return v.staged.kind === "buffer"
               ? blob.upload(v.staged.data, v.staged.size, {
                   conditions,
@@ -142,17 +148,22 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
               ...tombstoneState(next.hct, next.writeId, history),
               ...(note !== undefined ? { a: note } : {}),
             });
+            written = { metadata, size: 0 };
             return blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal });
           }
           const metadata = {
             ...withoutState(view.rawMetadata),
             ...encodeState(keptState(view, next.hct, next.writeId, history)),
           };
+          // Only the metadata changes: the blob's size and headers are unknown here (adopted
+          // blobs): the next commit reads the state again.
+          written = undefined;
           return blob.setMetadata(metadata, { conditions, abortSignal });
         },
         (e) => isLostRace(e) || (next.kind === "put" && isInvalidBlockList(e)),
       );
     } catch (e) {
+      this.store.remember(ref.bucket, ref.key, null);
       if (next.kind === "put" && isInvalidBlockList(e)) {
         // A concurrent commit of this blob discarded the staged blocks: nothing changed.
         next.version.blocksLost = true;
@@ -162,6 +173,21 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
       if (isUnknown(e)) return { outcome: "unknown", error: e };
       throw e;
     }
+    this.store.remember(
+      ref.bucket,
+      ref.key,
+      written && answer.etag
+        ? viewOf(
+            {
+              etag: answer.etag,
+              metadata: written.metadata,
+              contentLength: written.size,
+              ...(answer.lastModified ? { lastModified: answer.lastModified } : {}),
+            },
+            `${ref.bucket}/${ref.key}`,
+          )
+        : null,
+    );
     await this.store.hook("after-commit", at);
     return { outcome: "swapped", ...(answer.lastModified ? { lastModified: answer.lastModified } : {}) };
   }
@@ -194,6 +220,7 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
   }
 
   async setBucketState(bucket: string, from: BucketMarker, phase: BucketPhase): Promise<BucketMarker | null> {
+    this.store.distrust(bucket);
     const blob = await this.store.blobOnce(bucket, this.markerName());
     const since = this.store.opts.clock();
     const conditions = from.version === null ? { ifNoneMatch: "*" } : { ifMatch: from.version };
@@ -236,12 +263,17 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
    */
   private async requireWritable(bucket: string, signal?: AbortSignal): Promise<void> {
     for (let attempt = 1; ; attempt++) {
+      if (this.store.trustedLive(bucket)) return;
+      const sent = performance.now();
       const [container, marker] = await Promise.all([
         this.store.containerState(bucket, signal),
         this.readMarker(bucket, signal),
       ]);
       if (container.state !== "live" || marker.phase === "deleted") throw noSuchBucket(bucket);
-      if (marker.phase === "live") return;
+      if (marker.phase === "live") {
+        this.store.trustLive(bucket, sent);
+        return;
+      }
       if (this.store.opts.clock() - marker.since < ABANDONED_DELETION_MS || attempt > 3) {
         throw inProgress(bucket);
       }

@@ -76,8 +76,10 @@ export async function writeBlob(
     if (uploadId !== undefined) {
       await store.abortMultipart(bucket, name, uploadId).catch(() => undefined);
     }
-    // A PUT or completion whose answer was lost may have stored the blob all the same.
-    if (finishing) await store.delete(bucket, name).catch(() => undefined);
+    // A PUT or completion whose answer was lost may have stored the blob all the same: removed
+    // in the background (a store that stopped answering must not hold the refusal; what stays is
+    // the collector's).
+    if (finishing) void store.delete(bucket, name).catch(() => undefined);
     // The request went away (its signal): a refusal, nothing was committed.
     throw opts.signal?.aborted ? abandoned() : e;
   }

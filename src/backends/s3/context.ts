@@ -1,6 +1,7 @@
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { BUCKET_STATE_TRUST_MS } from "../../fence/bucket-deletion.js";
 import { parseMarker } from "./bucket-marker.js";
 import type { CapabilityGate } from "./capability.js";
 import type { Layout } from "./layout.js";
@@ -9,6 +10,13 @@ import type { RecordStore } from "./record-store.js";
 import { newNonce, type ObjectRecord, type ReadRecord } from "./records.js";
 import type { Store, StoredObject } from "./store.js";
 import { noSuchBucket } from "./store-errors.js";
+
+/**
+ * How long replaced blobs wait to be removed together (a bucket written to all the time costs
+ * one DeleteObjects a second), and at most how many go in one request.
+ */
+const RETIRE_DELAY_MS = 1_000;
+const RETIRE_BATCH = 1000;
 
 /** What a commit found: the record, and the plain object at the key when it was looked up. */
 export type Current = {
@@ -23,6 +31,11 @@ export type Current = {
 /** Everything the backend and its multipart store share. */
 export class S3Context {
   closed = false;
+  /** Buckets a marker read found live, until when (performance.now()) that may be trusted. */
+  private readonly liveUntil = new Map<string, number>();
+  /** Replaced blobs waiting to be removed, by bucket (removeReplaced). */
+  private retired = new Map<string, Set<string>>();
+  private retireTimer: NodeJS.Timeout | undefined;
 
   constructor(
     readonly store: Store,
@@ -43,8 +56,38 @@ export class S3Context {
    * not yet: it is read as usual). NoSuchBucket when the store has no such bucket.
    */
   async softDeleted(bucket: string, signal?: AbortSignal): Promise<boolean> {
-    const marker = await this.store.getText(bucket, this.layout.deletedMarker, signal);
+    if (this.trustedLive(bucket)) return false;
+    const marker = await this.readMarker(bucket, signal);
     return marker !== null && parseMarker(marker.text).phase === "deleted";
+  }
+
+  /**
+   * The bucket's marker, read from the store; a bucket found live (no marker, or a live one) is
+   * trusted as such for BUCKET_STATE_TRUST_MS from when the read was sent (bucket-deletion.ts).
+   */
+  async readMarker(bucket: string, signal?: AbortSignal): Promise<{ text: string; etag: string } | null> {
+    const sent = performance.now();
+    const got = await this.store.getText(bucket, this.layout.deletedMarker, signal);
+    if (got === null || parseMarker(got.text).phase === "live") {
+      this.liveUntil.set(bucket, sent + BUCKET_STATE_TRUST_MS);
+    } else {
+      this.liveUntil.delete(bucket);
+    }
+    return got;
+  }
+
+  /** Whether a read sent less than BUCKET_STATE_TRUST_MS ago found the bucket live. */
+  trustedLive(bucket: string): boolean {
+    const until = this.liveUntil.get(bucket);
+    if (until === undefined) return false;
+    if (performance.now() < until) return true;
+    this.liveUntil.delete(bucket);
+    return false;
+  }
+
+  /** Forgets that the bucket was found live (this process changed its marker). */
+  distrust(bucket: string): void {
+    this.liveUntil.delete(bucket);
   }
 
   /** NoSuchBucket unless the bucket exists and is not deleted for fencegate. */
@@ -56,10 +99,13 @@ export class S3Context {
   async current(
     bucket: string,
     key: string,
-    opts: { plain: boolean; checkBucket: boolean; signal?: AbortSignal },
-  ): Promise<Current> {
+    opts: { plain: boolean; checkBucket: boolean; latest?: boolean; signal?: AbortSignal },
+  ): Promise<Current & { cached: boolean }> {
+    // A write's early look may start from the record this process last saw: its commit names
+    // that record's ETag, so a stale one only costs a refused conditional write and a fresh read.
+    const latest = opts.latest ? this.records.latest(bucket, key) : undefined;
     const [read, deleted] = await Promise.all([
-      this.records.read(bucket, key, opts.signal),
+      latest ?? this.records.read(bucket, key, opts.signal),
       opts.checkBucket ? this.softDeleted(bucket, opts.signal) : false,
     ]);
     if (deleted) throw noSuchBucket(bucket);
@@ -67,7 +113,7 @@ export class S3Context {
     const lookPlain = opts.plain && (record === null || record.state === "plain");
     const plain = lookPlain ? await this.store.head(bucket, key, opts.signal) : null;
     const liveEtag = record?.state === "live" && record.live ? record.live.etag : (plain?.etag ?? null);
-    return { read, record, plain, liveEtag };
+    return { read, record, plain, liveEtag, cached: latest !== undefined };
   }
 
   /** A new record for `key`; `nonce` makes its ETag unique. */
@@ -82,6 +128,54 @@ export class S3Context {
     };
     if (fields.live) record.live = fields.live;
     return record;
+  }
+
+  /**
+   * A blob that a commit replaced (no record names it any more): removed a little later, with
+   * the others replaced meanwhile, in one DeleteObjects per bucket, off the commit's path. Best
+   * effort like removeBlob: what is left (a crash, a failure) is garbage that collectGarbage
+   * removes. A reader that still follows the replaced record finds the blob gone and reads the
+   * record again (getObject), as it would after an immediate removal.
+   */
+  removeReplaced(bucket: string, blob: string): void {
+    let names = this.retired.get(bucket);
+    if (!names) {
+      names = new Set();
+      this.retired.set(bucket, names);
+    }
+    names.add(this.layout.blobName(blob));
+    if (names.size >= RETIRE_BATCH) {
+      void this.flushReplaced();
+      return;
+    }
+    if (this.retireTimer === undefined) {
+      this.retireTimer = setTimeout(() => void this.flushReplaced(), RETIRE_DELAY_MS);
+      this.retireTimer.unref?.();
+    }
+  }
+
+  /** Removes the replaced blobs waiting now (close and the collector call it too). */
+  async flushReplaced(): Promise<void> {
+    clearTimeout(this.retireTimer);
+    this.retireTimer = undefined;
+    const batches = this.retired;
+    this.retired = new Map();
+    await Promise.all(
+      [...batches].map(async ([bucket, names]) => {
+        const all = [...names];
+        for (let i = 0; i < all.length; i += RETIRE_BATCH) {
+          const batch = all.slice(i, i + RETIRE_BATCH);
+          try {
+            await this.store.deleteMany(bucket, batch);
+          } catch (err) {
+            this.log?.warn(
+              { err, bucket, blobs: batch.length },
+              "s3 backend: removing replaced blobs failed; the collector will",
+            );
+          }
+        }
+      }),
+    );
   }
 
   /** Best effort: a blob left behind is garbage that collectGarbage removes. */

@@ -53,12 +53,17 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
 
   async read(ref: ObjectRef, opts: ReadOptions): Promise<Observed> {
     const { bucket, key } = ref;
-    const read = await this.ctx.records.read(bucket, key, opts.signal);
+    // The record this process last saw, if the caller may start from it (Observed.cached). Not
+    // a "plain" one when the plain object's ETag is wanted: that needs a look at the store.
+    const latest = opts.cached ? this.ctx.records.latest(bucket, key) : undefined;
+    const usable = latest && !(opts.etag && latest.record.state === "plain") ? latest : undefined;
+    const read = usable ?? (await this.ctx.records.read(bucket, key, opts.signal));
     const record = read?.record ?? null;
     const lookPlain = opts.etag && (record === null || record.state === "plain");
     const plain = lookPlain ? await this.ctx.store.head(bucket, key, opts.signal) : null;
     await this.ctx.hooks?.("record-read", { op: "put", bucket, key, attempt: opts.attempt });
-    return observedOf(read, plain?.etag ?? null, plain !== null);
+    const observed = observedOf(read, plain?.etag ?? null, plain !== null);
+    return usable ? { ...observed, cached: true } : observed;
   }
 
   async checkBucket(bucket: string, signal?: AbortSignal): Promise<void> {
@@ -137,7 +142,7 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
   async replaced(ref: ObjectRef, from: Observed, next: NextState<LiveVersion>): Promise<void> {
     const old = liveOf((from.raw as Held).read?.record ?? null);
     if (!old || next.kind === "keep" || (next.kind === "put" && next.version.blob === old.blob)) return;
-    await this.ctx.removeBlob(ref.bucket, old.blob);
+    this.ctx.removeReplaced(ref.bucket, old.blob);
   }
 
   // ---- the bucket's state ----
@@ -149,6 +154,7 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
   }
 
   async setBucketState(bucket: string, from: BucketMarker, phase: BucketPhase): Promise<BucketMarker | null> {
+    this.ctx.distrust(bucket);
     const since = Date.now();
     const nonce = newNonce();
     const put = await this.ctx.store.putConditional(bucket, this.ctx.layout.deletedMarker, {
@@ -182,7 +188,8 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
    */
   private async requireWritable(bucket: string, signal?: AbortSignal): Promise<void> {
     for (let attempt = 1; ; attempt++) {
-      const got = await this.ctx.store.getText(bucket, this.ctx.layout.deletedMarker, signal);
+      if (this.ctx.trustedLive(bucket)) return;
+      const got = await this.ctx.readMarker(bucket, signal);
       if (!got) return;
       const marker = parseMarker(got.text);
       if (marker.phase === "live") return;

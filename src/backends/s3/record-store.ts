@@ -4,11 +4,22 @@ import type { Layout } from "./layout.js";
 import { type ObjectRecord, parseRecord, type ReadRecord, serializeRecord } from "./records.js";
 import type { Store } from "./store.js";
 
+/** How many keys' last known records a backend keeps (least recently used out first). */
+const LATEST_CAPACITY = 10_000;
+
 /**
  * Records in the store: reading them (through the ETag cache where a listing already knows the
  * ETag) and replacing them by compare-and-swap.
+ *
+ * It also remembers the last record it saw of each key (read or written by this process), so
+ * that a commit can start from it without reading the record again: its store ETag is what the
+ * conditional write names, so a record that changed meanwhile (another replica wrote) only costs
+ * a refused write (412), after which the commit reads the record and decides again. Only a write
+ * may start from it (`latest`), never a read that answers a client.
  */
 export class RecordStore {
+  private readonly last = new Map<string, ReadRecord>();
+
   constructor(
     private readonly store: Store,
     private readonly layout: Layout,
@@ -19,13 +30,46 @@ export class RecordStore {
   async read(bucket: string, key: string, signal?: AbortSignal): Promise<ReadRecord | null> {
     const name = this.layout.recordName(key);
     const got = await this.store.getText(bucket, name, signal);
-    if (!got) return null;
+    if (!got) {
+      this.forget(bucket, key);
+      return null;
+    }
     const cached = this.cache.get(bucket, name, got.etag);
-    if (cached) return { record: cached, etag: got.etag };
+    if (cached) return this.remember(bucket, { record: cached, etag: got.etag });
     const record = parseRecord(got.text, `${bucket}/${name}`);
     if (record.key !== key) throw new Error(`${bucket}/${name} is the record of another key`);
     this.cache.set(bucket, name, got.etag, record);
-    return { record, etag: got.etag };
+    return this.remember(bucket, { record, etag: got.etag });
+  }
+
+  /**
+   * The last record of the key this process read or wrote, if it remembers one: possibly no
+   * longer the stored one. Only for a commit's first basis, whose conditional write names it.
+   */
+  latest(bucket: string, key: string): ReadRecord | undefined {
+    const id = `${bucket}\n${key}`;
+    const hit = this.last.get(id);
+    if (hit !== undefined) {
+      this.last.delete(id);
+      this.last.set(id, hit);
+    }
+    return hit;
+  }
+
+  /** Forgets the key's last record (its conditional write was refused: it is stale). */
+  forget(bucket: string, key: string): void {
+    this.last.delete(`${bucket}\n${key}`);
+  }
+
+  private remember(bucket: string, read: ReadRecord): ReadRecord {
+    const id = `${bucket}\n${read.record.key}`;
+    this.last.delete(id);
+    this.last.set(id, read);
+    if (this.last.size > LATEST_CAPACITY) {
+      const oldest = this.last.keys().next().value;
+      if (oldest !== undefined) this.last.delete(oldest);
+    }
+    return read;
   }
 
   /**
@@ -57,8 +101,11 @@ export class RecordStore {
     });
     if (put.outcome === "written") {
       this.cache.set(bucket, name, put.etag, next);
+      if (put.etag) this.remember(bucket, { record: next, etag: put.etag });
+      else this.forget(bucket, next.key);
       return { outcome: "swapped" };
     }
+    this.forget(bucket, next.key);
     if (put.outcome === "condition-failed") return { outcome: "lost" };
     return { outcome: "unknown", error: put.error };
   }

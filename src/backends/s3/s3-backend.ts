@@ -158,8 +158,15 @@ export class S3Backend implements StorageBackend {
 
   async writeState(bucket: string, key: string): Promise<WriteState> {
     this.ctx.assertOpen();
-    const current = await this.ctx.current(bucket, key, { plain: true, checkBucket: true });
-    const observed = observedOf(current.read, current.plain?.etag ?? null, current.plain !== null);
+    // No look for a plain object at the key (a HEAD): only write conditions and deletes need its
+    // ETag, and the commit looks then (Observed.etagUnknown).
+    const current = await this.ctx.current(bucket, key, { plain: false, checkBucket: true, latest: true });
+    const plainUnseen = current.record === null || current.record.state === "plain";
+    const observed = {
+      ...observedOf(current.read, null, false),
+      ...(current.cached ? { cached: true } : {}),
+      ...(plainUnseen ? { etagUnknown: true } : {}),
+    };
     return {
       highestToken: current.record?.hct ?? null,
       etag: current.liveEtag,
@@ -370,6 +377,7 @@ export class S3Backend implements StorageBackend {
    */
   async collectGarbage(options: { graceMs?: number; buckets?: string[] } = {}): Promise<GarbageReport> {
     this.ctx.assertOpen();
+    await this.ctx.flushReplaced();
     const buckets = options.buckets ?? (await this.ctx.store.listBuckets()).map((b) => b.name);
     const report = await collectGarbage(
       this.ctx,
@@ -382,13 +390,31 @@ export class S3Backend implements StorageBackend {
     return report;
   }
 
+  /** Removes now the replaced blobs that wait to be removed together (S3Context.removeReplaced). */
+  async flushReplaced(): Promise<void> {
+    if (!this.ctx.closed) await this.ctx.flushReplaced();
+  }
+
   async close(): Promise<void> {
     if (this.ctx.closed) return;
     this.ctx.closed = true;
     clearInterval(this.gcTimer);
+    // Replaced blobs still waiting: removed now, for a moment at most (a store that does not
+    // answer must not hold the shutdown; what stays is the collector's).
+    let bound: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.ctx.flushReplaced(),
+      new Promise<void>((resolve) => {
+        bound = setTimeout(resolve, CLOSE_FLUSH_MS);
+      }),
+    ]);
+    clearTimeout(bound);
     this.ctx.store.destroy();
   }
 }
+
+/** How long close() waits for the removal of replaced blobs. */
+const CLOSE_FLUSH_MS = 1_000;
 
 function infoOf(key: string, live: LiveVersion): ObjectInfo {
   return {

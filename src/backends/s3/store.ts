@@ -6,6 +6,7 @@ import {
   CreateMultipartUploadCommand,
   DeleteBucketCommand,
   DeleteObjectCommand,
+  DeleteObjectsCommand,
   GetObjectCommand,
   HeadBucketCommand,
   HeadObjectCommand,
@@ -292,6 +293,29 @@ export class Store {
         await client.send(new DeleteObjectCommand({ Bucket: bucket, Key: name }), { abortSignal });
       } catch (e) {
         if (classifyStoreError(e) !== "no-such-key") throw e;
+      }
+    }, bucket);
+  }
+
+  /**
+   * Removes objects with one DeleteObjects request (at most 1000 names); ones already gone are
+   * fine. Throws when the store refused the request or any of the names.
+   */
+  async deleteMany(bucket: string, names: string[]): Promise<void> {
+    if (names.length === 0) return;
+    await this.send(async (client, abortSignal) => {
+      const out = await client.send(
+        new DeleteObjectsCommand({
+          Bucket: bucket,
+          Delete: { Objects: names.map((Key) => ({ Key })), Quiet: true },
+        }),
+        { abortSignal },
+      );
+      const failed = (out.Errors ?? []).filter((e) => e.Code !== "NoSuchKey");
+      if (failed.length > 0) {
+        throw new Error(
+          `the store kept ${failed.length} of ${names.length} objects: ${failed[0]?.Code} ${failed[0]?.Message}`,
+        );
       }
     }, bucket);
   }
