@@ -3,7 +3,7 @@
  * its baseline from the same run (medians of alternating rounds where the figure is a rate).
  * Sized to finish in under 10 minutes on a 2-core machine. `npm run bench`.
  *
- *   npx tsx benchmarks/run.ts [--quick] [--only leases,lease-concurrency,put-get,growth,memory,streaming,audit-redis,cli-start] [--out file.md]
+ *   npx tsx benchmarks/run.ts [--quick] [--only leases,lease-concurrency,put-get,growth,memory,streaming,audit-redis,cli-start,round-trips] [--out file.md]
  *
  * The lease suite compares with etcd and Redis (appendfsync always): scripts/bench-setup.sh
  * installs Debian's etcd-server and redis-server when missing (the suite runs it itself).
@@ -21,6 +21,7 @@ import { leaseBench } from "./leases.js";
 import { type Row, table } from "./lib/report.js";
 import { memoryBench } from "./memory.js";
 import { putGetBench } from "./put-get.js";
+import { roundTripBench } from "./round-trips.js";
 import { streamingBench } from "./streaming.js";
 
 const { values } = parseArgs({
@@ -73,7 +74,7 @@ const suites: Array<[string, () => Promise<Row[]>]> = [
   ["streaming", () => streamingBench({ rounds: quick ? 1 : 3, sizesMiB: quick ? [64] : [256, 1024] })],
   ["audit-redis", () => auditRedisBench({ records: quick ? 100_000 : 1_000_000, queries: quick ? 20 : 100 })],
   ["cli-start", () => cliStartBench({ runs: quick ? 3 : 10 })],
-  // ["round-trips", () => roundTripBench({ quick })], // benchmarks/round-trips.ts: store requests per fenced write
+  ["round-trips", () => roundTripBench({ quick })],
 ];
 
 const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
