@@ -225,7 +225,7 @@ describe("authentication and health", () => {
 describe("the lease API with curl", () => {
   requireTools("curl");
 
-  it("works with curl --aws-sigv4, as the README shows", async () => {
+  it("works with curl --aws-sigv4, as docs/lease-api.md shows", async () => {
     const { stdout } = await run(TOOLS.curl.path, [
       "-s",
       "--aws-sigv4",
