@@ -3,8 +3,11 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Lease, LeaseApiError, LeaseClient } from "../../src/client/lease-client.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { requireTools, TOOLS } from "../support/tools.js";
 import { sleep } from "../support/wait.js";
+
+checkLeaseApiResponses();
 
 const run = promisify(execFile);
 let gw: TestGateway;
