@@ -20,6 +20,7 @@ export const SLOW = [
   "test/audit/redis/**",
   "test/cli/**",
   "test/client/package.test.ts",
+  "test/client/client-package.test.ts",
   "test/s3/hostile/**",
   "test/api/lease-delegates.test.ts",
   "test/console/console-browser.test.ts",
