@@ -111,6 +111,8 @@ async function main() {
   let gateway;
   const failures = [];
   try {
+    const nodeOnPath = execFileSync("node", ["--version"], { encoding: "utf8" }).trim();
+    console.log(`newcomer: node on PATH ${nodeOnPath} (this script runs on ${process.version})`);
     console.log(`newcomer: copying the repository (${copyRepository(repo)} files) to ${repo}`);
     const port = await freePort();
     const env = freshEnv({ FENCEGATE_PORT: String(port) });
