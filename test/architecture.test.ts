@@ -14,26 +14,23 @@ import { tempDir } from "./support/temp.js";
 
 const ROOT = resolve(import.meta.dirname, "..");
 
-/** The layers, lowest first. A top-level folder of src/ not listed here fails the test. */
-const RANKS: Readonly<Record<string, number>> = {
-  core: 0,
-  metrics: 0,
-  embedded: 1,
-  access: 1,
-  http: 1,
-  audit: 2,
-  leases: 3,
-  fence: 4,
-  backends: 5,
-  config: 5,
-  epochs: 6,
-  s3: 6,
-  api: 6,
-  client: 7,
-  console: 7,
-  server: 8,
-  cli: 9,
-};
+/**
+ * The layers, lowest first: read from the layer table of docs/architecture.md (rows
+ * `| rank | \`folder/\` | … |`; rows of subfolders such as `leases/redlock/` only describe), so
+ * the table is written once, there. A top-level folder of src/ not listed there fails the test.
+ */
+function layerRanks(): Readonly<Record<string, number>> {
+  const doc = readFileSync(join(ROOT, "docs/architecture.md"), "utf8");
+  const ranks: Record<string, number> = {};
+  for (const [, rank, folder] of doc.matchAll(/^\| (\d+) \| `([a-z0-9-]+)\/` \|/gm)) {
+    if (folder! in ranks) throw new Error(`docs/architecture.md ranks ${folder}/ twice`);
+    ranks[folder!] = Number(rank);
+  }
+  if (Object.keys(ranks).length < 10) throw new Error("docs/architecture.md: the layer table was not found");
+  return ranks;
+}
+
+const RANKS = layerRanks();
 
 /**
  * Folder cycles that src/ has today, to be untangled; each is the set of folders of one tangle.

@@ -3,7 +3,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Metrics } from "./metrics.js";
 
-/** Where the metrics are served and who may read them (README, "Metrics"). */
+/** Where the metrics are served and who may read them (docs/operations.md, "Metrics"). */
 export type MetricsSettings = {
   /** A listener of its own for /_fence/v1/metrics (0: any free port); none when undefined. */
   port?: number;

@@ -2,7 +2,7 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom
 import type { CallOutcome, LeaseEvent, WaitOutcome } from "./observe.js";
 
 /**
- * The Prometheus metrics of one gateway (README, "Metrics"). Each gateway has a registry of its
+ * The Prometheus metrics of one gateway (docs/operations.md, "Metrics"). Each gateway has a registry of its
  * own, so that several gateways in one process never share or clash; the process metrics
  * (CPU, memory, event loop, GC) are the process's, kept once in a registry every gateway's
  * exposition ends with.

@@ -3,8 +3,11 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type Lease, LeaseApiError, LeaseClient } from "../../src/client/lease-client.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { requireTools, TOOLS } from "../support/tools.js";
 import { sleep } from "../support/wait.js";
+
+checkLeaseApiResponses();
 
 const run = promisify(execFile);
 let gw: TestGateway;
@@ -225,7 +228,7 @@ describe("authentication and health", () => {
 describe("the lease API with curl", () => {
   requireTools("curl");
 
-  it("works with curl --aws-sigv4, as the README shows", async () => {
+  it("works with curl --aws-sigv4, as docs/lease-api.md shows", async () => {
     const { stdout } = await run(TOOLS.curl.path, [
       "-s",
       "--aws-sigv4",

@@ -9,9 +9,12 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { trackChild } from "../support/processes.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { apiAs, apiCall } from "./lease-calls.js";
+
+checkLeaseApiResponses();
 
 const FIXTURE = fileURLToPath(new URL("./fixtures/lease-party.ts", import.meta.url));
 let gw: TestGateway;

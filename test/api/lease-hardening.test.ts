@@ -5,8 +5,11 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { apiAs } from "./lease-calls.js";
+
+checkLeaseApiResponses();
 
 let gw: TestGateway;
 /** The gateway's wall clock: real time plus a step the tests move. */

@@ -8,8 +8,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { groupOf } from "../../src/leases/lease-rules.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { apiAs, apiCall } from "./lease-calls.js";
+
+checkLeaseApiResponses();
 
 const GROUPS = 64;
 let gw: TestGateway;

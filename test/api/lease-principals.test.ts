@@ -9,8 +9,11 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { type Credentials, objectPath, signedRequest } from "../support/signed-http.js";
 import { type ApiAnswer, apiAs } from "./lease-calls.js";
+
+checkLeaseApiResponses();
 
 const ROOT: Credentials = { accessKeyId: "root-key", secretAccessKey: "root-secret-key" };
 const WRITER: Credentials = { accessKeyId: "writer-key", secretAccessKey: "writer-secret-key" };

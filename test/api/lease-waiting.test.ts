@@ -6,8 +6,11 @@
 import { request as httpRequest } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { signRequest } from "../support/signed-http.js";
 import { apiAs } from "./lease-calls.js";
+
+checkLeaseApiResponses();
 
 let gw: TestGateway;
 const api = () => apiAs(gw.url, CREDENTIALS);

@@ -5,7 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LeaseApiOptions, leaseApi } from "../../src/api/lease-api.js";
 import { ROOT, startTestGateway, type TestGateway } from "../support/gateway.js";
 import { createResponseChecker, describedOperations, type OpenApiDoc } from "../support/openapi-check.js";
-import { checkedResponses } from "../support/openapi-recorder.js";
+import { checkedResponses, checkLeaseApiResponses } from "../support/openapi-recorder.js";
+
+checkLeaseApiResponses();
 
 const DOC_PATH = join(ROOT, "src/api/openapi.json");
 type Served = OpenApiDoc & { servers: { url: string; description?: string }[] };

@@ -6,7 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AuditRecord } from "../../src/audit/audit-log.js";
 import type { Lease } from "../../src/client/lease-client.js";
 import { CREDENTIALS, ROOT, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { waitFor } from "../support/wait.js";
+
+checkLeaseApiResponses();
 
 /** The real CLI (node --import tsx src/cli/main.ts) against an in-process gateway. */
 

@@ -7,7 +7,10 @@ import {
   LeaseLostError,
 } from "../../src/client/index.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { sleep } from "../support/wait.js";
+
+checkLeaseApiResponses();
 
 /**
  * The SDK's side of delegated liveness: the owner hands a worker a delegate credential, the

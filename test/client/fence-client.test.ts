@@ -10,8 +10,11 @@ import {
   LeaseNotFoundError,
 } from "../../src/client/index.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { sleep } from "../support/wait.js";
 import { freePort, startFaultProxy } from "./fault-proxy.js";
+
+checkLeaseApiResponses();
 
 let gw: TestGateway;
 const FAST_RETRY = { attempts: 4, baseDelayMs: 20, maxDelayMs: 100 };

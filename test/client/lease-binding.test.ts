@@ -21,6 +21,9 @@ import {
   LeaseLostError,
 } from "../../src/client/index.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
+
+checkLeaseApiResponses();
 
 /**
  * A lease's token is bound to a command or to the lease's own view of a client, never to a

@@ -1,8 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FenceClient, type Lease, LeaseLostError, LeaseNotFoundError } from "../../src/client/index.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { sleep } from "../support/wait.js";
 import { startFaultProxy } from "./fault-proxy.js";
+
+checkLeaseApiResponses();
 
 let gw: TestGateway;
 let fence: FenceClient;

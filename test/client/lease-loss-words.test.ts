@@ -10,7 +10,10 @@ import {
   LeaseLostError,
 } from "../../src/client/index.js";
 import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { sleep } from "../support/wait.js";
+
+checkLeaseApiResponses();
 
 /**
  * A lost lease says what happened: broken by an administrator, expired, superseded by token N,

@@ -20,6 +20,9 @@ import {
   type TestGateway,
   tempDir,
 } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
+
+checkLeaseApiResponses();
 
 /**
  * fencegate/client as a user's project gets it: `npm pack` (which builds through `prepack`),

@@ -23,6 +23,9 @@ import {
   LeaseLostError,
 } from "../../src/client/index.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
+
+checkLeaseApiResponses();
 
 const BUCKET = "plugin-bucket";
 /** The writes the contract fences, written out here rather than taken from the plugin. */

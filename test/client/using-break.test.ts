@@ -4,6 +4,9 @@ import { CreateBucketCommand, GetObjectCommand, PutObjectCommand } from "@aws-sd
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FenceClient, fencingTokenPlugin, LeaseLostError } from "../../src/client/index.js";
 import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
+
+checkLeaseApiResponses();
 
 /**
  * using() when an administrator breaks the lease: the work's signal fires at the next renewal,

@@ -195,7 +195,7 @@ describe.each(["one database", "two databases"] as const)(
       } else {
         // Across databases, a commit whose intent was registered while its lease was current may
         // land after the expiry instant; what cannot happen is that it lands after a grant on the
-        // same object (previous test). README: "Guarantees and their limits".
+        // same object (previous test). docs/guarantees.md.
         expect(outcome).toBe("accepted");
       }
     });

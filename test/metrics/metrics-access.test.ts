@@ -15,8 +15,11 @@ import { isLoopback, metricsAnswer, metricsSettingsFromEnv } from "../../src/met
 import { createMetrics } from "../../src/metrics/metrics.js";
 import { type Gateway, startGateway } from "../../src/server/gateway.js";
 import { startTestGateway, tempDir } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
 import { waitFor } from "../support/wait.js";
+
+checkLeaseApiResponses();
 
 const TOKEN = "scrape-token-4f1c9a";
 

@@ -7,9 +7,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { apiAs, apiCall } from "../api/lease-calls.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { type Family, parsePrometheusText, sampleValue, sumOf } from "../support/prom-text.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { waitFor } from "../support/wait.js";
+
+checkLeaseApiResponses();
 
 let gw: TestGateway;
 let other: TestGateway;

@@ -11,7 +11,7 @@ import { expectS3Error, objectPath, type RawResponse, signedRequest } from "../s
  * - "fs backend": the log shares the backend's database, its record joins the commit's step;
  * - "S3 backend": the objects live in another store (a second gateway), and the record is
  *   appended after the commit. An upload it could not record is removed again; a part or an
- *   object stays committed, answered 503 (README, "S3 compatibility"): a retry
+ *   object stays committed, answered 503 (docs/s3.md, "Audit of S3 requests"): a retry
  *   replaces it.
  */
 

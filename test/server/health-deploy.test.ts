@@ -9,6 +9,9 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parseAllDocuments } from "yaml";
 import { ROOT, startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
+
+checkLeaseApiResponses();
 
 type Probe = { httpGet: { path: string; port: string | number }; timeoutSeconds?: number };
 type Container = {

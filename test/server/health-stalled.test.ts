@@ -6,10 +6,13 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
 import { type RedisServer, startRedis } from "../support/redis.js";
 import { requireTools } from "../support/tools.js";
 import { waitFor } from "../support/wait.js";
+
+checkLeaseApiResponses();
 
 requireTools("redis-server");
 

@@ -7,6 +7,9 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createHealth, type Dependency } from "../../src/server/health.js";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
+
+checkLeaseApiResponses();
 
 const fields = { gateway: "gw-test", backend: "s3", leaseStore: "redis", auditLog: "redis" };
 
