@@ -332,7 +332,8 @@ export class WriteFencer {
   /**
    * A write's decision. An accepted one is recorded once: a grant that fenced the object may have
    * recorded it already (fencingWithRecords, write-notes.ts), in its place among the object's
-   * writes. A refused write never landed, so nobody else records it.
+   * writes. A refused write never landed; its record is appended once all the same, under the same
+   * key, so that a retried append after a lost answer leaves one decision.
    */
   private async record(
     ctx: WriteContext,
@@ -342,11 +343,9 @@ export class WriteFencer {
   ): Promise<void> {
     const draft = this.draft(ctx, auth, outcome, owner);
     try {
-      if (outcome.decision === "accepted") {
-        await this.opts.audit.appendOnce(draft, outcomeKey(ctx.requestId, ctx.bucket, ctx.key));
-      } else {
-        await this.opts.audit.append(draft);
-      }
+      // Once, refusals too: an append whose answer was lost is tried again by the request's
+      // refusal path (src/s3/handler.ts), and must not leave the decision twice.
+      await this.opts.audit.appendOnce(draft, outcomeKey(ctx.requestId, ctx.bucket, ctx.key ?? ""));
     } catch (cause) {
       throw auditUnavailable(cause);
     }

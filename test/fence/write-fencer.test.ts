@@ -41,7 +41,7 @@ type World = {
   /** A PutObject through the fencer; `between` runs after every asynchronous check, right before the atomic step. */
   put(
     data: string,
-    opts: { token?: string | null; between?: () => Promise<void>; body?: VerifiedBody },
+    opts: { token?: string | null; between?: () => Promise<void>; body?: VerifiedBody; requestId?: string },
   ): Promise<{ token: number | null }>;
   content(): Promise<string>;
 };
@@ -87,6 +87,7 @@ async function world(
     domainOf: () => backend.domain,
   });
   await backend.createBucket(BUCKET);
+  let requests = 0;
   const w: World = {
     clock,
     backend,
@@ -110,9 +111,9 @@ async function world(
         { resource: { bucket: BUCKET, ...resource } as never, ttlMs: TTL, waitMs: 0, owner },
         { principal: owner, requestId: null },
       ),
-    put: (data, { token = null, between, body }) =>
+    put: (data, { token = null, between, body, requestId = `r${++requests}` }) =>
       fencer.write(
-        { op: "PutObject", bucket: BUCKET, key: KEY, tokenString: token, principal: "p", requestId: "r" },
+        { op: "PutObject", bucket: BUCKET, key: KEY, tokenString: token, principal: "p", requestId },
         (commit) => {
           const hooked: FencedCommit = {
             ...commit,
@@ -294,5 +295,40 @@ describe("early refusal", () => {
     expect(err).toMatchObject({ code: "StaleFencingToken", details: { highestToken: a.token + 5 } });
     expect(stream.readableDidRead).toBe(false);
     stream.destroy();
+  });
+});
+
+describe("a refusal's record after a lost audit answer", () => {
+  it("is kept once when the request's refusal path records it again", async () => {
+    const w = await world("one database");
+    const a = await w.acquire("A");
+    await w.backend.raiseHighestToken(BUCKET, KEY, a.token + 5);
+    // The audit log takes the first record but its answer is lost.
+    const real = w.audit.appendOnce.bind(w.audit);
+    let lose = true;
+    w.audit.appendOnce = async (draft, once) => {
+      const done = await real(draft, once);
+      if (lose) {
+        lose = false;
+        throw new Error("connection reset before the answer");
+      }
+      return done;
+    };
+    const err = await w.put("A", { token: w.tokenOf(a), requestId: "r" }).catch((e) => e);
+    expect(err).toMatchObject({ code: "ServiceUnavailable" });
+    // What src/s3/handler.ts does with a refusal the fencer could not record.
+    await w.fencer.recordRefusal(
+      {
+        op: "PutObject",
+        bucket: BUCKET,
+        key: KEY,
+        tokenString: w.tokenOf(a),
+        principal: "p",
+        requestId: "r",
+      },
+      err,
+    );
+    const records = (await w.audit.query({ limit: 10, decision: "rejected" })).records;
+    expect(records.filter((r) => r.requestId === "r")).toHaveLength(1);
   });
 });
