@@ -48,8 +48,8 @@ export type FsBackendOptions = {
  * Bodies up to this size live in their object's database row: a write is then one durable step
  * (the transaction that also holds the HCT, the lease check and the audit record) instead of a
  * file fsync, a rename, a directory fsync and that transaction. Larger bodies are blob files,
- * whose bytes are written once instead of twice (WAL, then checkpoint). Chosen by measurement:
- * docs/benchmarks.md.
+ * whose bytes are written once instead of twice (WAL, then checkpoint). The 4 KiB and 1 MiB
+ * rows of `npm run bench` (benchmarks/put-get.ts) measure both sides of it.
  */
 export const INLINE_MAX_BYTES = 64 * 1024;
 

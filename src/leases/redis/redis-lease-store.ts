@@ -63,7 +63,7 @@ export type RedisLeaseStoreOptions = {
    * After Redis lost its data (a restart without persistence, a failover to a replica that missed
    * writes), grant nothing and accept no unfenced write for this long (ms): leases granted before
    * the loss may still be held, up to the longest TTL. Default 0: grant at once (tokens stay
-   * monotonic either way; see the README for what that gives up).
+   * monotonic either way; see docs/deployment.md for what that gives up).
    */
   quarantineMs?: number;
   log?: Logger;
