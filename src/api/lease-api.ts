@@ -10,6 +10,7 @@ import {
   MAX_AUDIT_LIMIT,
 } from "../audit/audit-log.js";
 import { DomainError } from "../core/errors.js";
+import type { RequestSummary } from "../core/log.js";
 import type { Keyring } from "../fence/tokens.js";
 import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js";
 import type { DelegateRecord } from "../leases/lease-store.js";
@@ -22,7 +23,8 @@ import openapi from "./openapi.json" with { type: "json" };
 export const API_BASE = "/_fence/v1";
 
 export type ApiEnv = {
-  Bindings: { incoming: IncomingMessage; requestId: string };
+  /** `summary`: what the gateway's request log line says of the request (filled in as learnt). */
+  Bindings: { incoming: IncomingMessage; requestId: string; summary?: RequestSummary };
   Variables: { principal: string; body: Buffer };
 };
 
@@ -59,15 +61,22 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   // The fencing token only for whoever acts for the lease (LeaseService.actsFor).
   const viewFor = (c: Context<ApiEnv>) => (lease: LeaseInfo) =>
     leaseView(lease, opts.keyring, opts.leases.actsFor(lease, caller(c)));
+  // The view of the one lease a request was about, noted for its request log line.
+  const viewOf = (c: Context<ApiEnv>, lease: LeaseInfo) => {
+    noteLease(c.env.summary, lease);
+    return viewFor(c)(lease);
+  };
 
   app.onError((err, c) => {
     const e = toApiError(err);
+    if (c.env.summary) c.env.summary.code = String(e.body.error.code);
     return c.json(e.body, e.status as 400);
   });
   app.notFound((c) => {
     const e = toApiError(
       new DomainError("NoSuchEndpoint", `no such endpoint: ${c.req.method} ${c.req.path}`),
     );
+    if (c.env.summary) c.env.summary.code = String(e.body.error.code);
     return c.json(e.body, 404);
   });
 
@@ -102,6 +111,7 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     const { principal, body } = await opts.authenticate(c);
     c.set("principal", principal);
     c.set("body", body);
+    if (c.env.summary) c.env.summary.principal = principal;
     await next();
   });
 
@@ -113,12 +123,13 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     const waitMs = body.waitMs ?? 0;
     if (typeof waitMs !== "number") throw invalid("waitMs must be a number of milliseconds");
     const owner = leaseOwnerOf(body.owner, c.get("principal"));
+    noteLease(c.env.summary, resource);
     opts.pools?.checkOrdinary(resource);
     // A waiter whose client hangs up leaves the queue at once (the request's abort signal). A
     // request that will not wait needs none: asking for it builds a Fetch API Request.
     const signal = waitMs > 0 ? c.req.raw.signal : undefined;
     const lease = await opts.leases.acquire({ resource, ttlMs, waitMs, owner, signal }, caller(c));
-    return c.json(viewFor(c)(lease), 201);
+    return c.json(viewOf(c, lease), 201);
   });
 
   app.get("/leases", async (c) => {
@@ -127,20 +138,20 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     return c.json({ leases: (await opts.leases.list({ bucket, prefix })).map(viewFor(c)) });
   });
 
-  app.get("/leases/:leaseId", async (c) => c.json(viewFor(c)(await opts.leases.get(c.req.param("leaseId")))));
+  app.get("/leases/:leaseId", async (c) => c.json(viewOf(c, await opts.leases.get(c.req.param("leaseId")))));
 
   app.post("/leases/:leaseId/renew", async (c) => {
     const body = c.get("body").length > 0 ? jsonBody(c) : {};
     const ttlMs = body.ttlMs;
     if (ttlMs !== undefined && typeof ttlMs !== "number")
       throw invalid("ttlMs must be a number of milliseconds");
-    return c.json(viewFor(c)(await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c))));
+    return c.json(viewOf(c, await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c))));
   });
 
   // Administrators only: ends the lease and fences what it covered (LeaseService.breakLease).
   app.post("/leases/:leaseId/break", async (c) => {
     const { lease, floorToken } = await opts.leases.breakLease(c.req.param("leaseId"), caller(c));
-    return c.json({ ...viewFor(c)(lease), floorToken });
+    return c.json({ ...viewOf(c, lease), floorToken });
   });
 
   // Ownership groups: a worker claims a fair share of a pool's groups (also its heartbeat).
@@ -283,4 +294,17 @@ export function servedBy<D extends { servers?: unknown[] }>(
     ...doc,
     servers: [{ url: `${scheme}://${name}/_fence/v1`, description: "the gateway that served this document" }],
   };
+}
+
+/** Notes a lease's resource (and, once known, its id and token) for the request log line. */
+export function noteLease(
+  summary: RequestSummary | undefined,
+  lease: { bucket: string; key?: string; prefix?: string; leaseId?: string; token?: number },
+): void {
+  if (!summary) return;
+  summary.bucket = lease.bucket;
+  if (lease.key !== undefined) summary.key = lease.key;
+  else summary.prefix = lease.prefix ?? "";
+  if (lease.leaseId !== undefined) summary.leaseId = lease.leaseId;
+  if (lease.token !== undefined) summary.token = lease.token;
 }

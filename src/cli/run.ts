@@ -24,11 +24,12 @@ export async function runCommand(command: string[], values: AcquireValues): Prom
   const client = await clientFromEnv();
   let lost: Promise<Loss> | null = null;
   let lostCode: string | null = null;
+  let lostReason: string | undefined;
   let child: ChildProcess | undefined;
   let record: LeaseRecord | undefined;
   // Why it ended, from the audit log and the leases now held (the command is stopped first).
   const explain = (rec: LeaseRecord, code: string) => {
-    lost ??= whyLost(client, rec, code).then((loss) => {
+    lost ??= whyLost(client, rec, code, lostReason).then((loss) => {
       process.stderr.write(
         `fencegate run: lease lost: lease ${rec.leaseId} (token ${rec.token}) ${loss.says}; stopping the command\n`,
       );
@@ -40,6 +41,7 @@ export async function runCommand(command: string[], values: AcquireValues): Prom
       ...request,
       onLost: (error) => {
         lostCode = error.code;
+        lostReason = error.reason;
         if (child) stopChild(child);
         if (record) explain(record, error.code);
       },
@@ -106,10 +108,16 @@ type Loss = { says: string; exitCode: number };
 
 /**
  * Tells "broken by an administrator", "released", "superseded by token N" and "expired" apart:
- * the lease's ending event in the audit log (LeaseBroken, LeaseReleased), else a newer lease that
- * holds what it covered, else its expiry.
+ * the lease's ending event in the audit log (LeaseBroken, LeaseReleased), else what the gateway's
+ * refusal said (`reason`: a renewal of a broken or released lease says which, even to a caller
+ * who may not read the audit log), else a newer lease that holds what it covered, else its expiry.
  */
-export async function whyLost(client: FenceClient, lease: LeaseRecord, code: string): Promise<Loss> {
+export async function whyLost(
+  client: FenceClient,
+  lease: LeaseRecord,
+  code: string,
+  reason?: string,
+): Promise<Loss> {
   const ending = (op: string) =>
     client.audit({ leaseId: lease.leaseId, op, decision: "accepted", limit: 10 }).then(
       (p) => p.records[0],
@@ -135,6 +143,8 @@ export async function whyLost(client: FenceClient, lease: LeaseRecord, code: str
       exitCode: EXIT.leaseReleased,
     };
   }
+  if (reason === "broken") return { says: "was broken by an administrator", exitCode: EXIT.leaseBroken };
+  if (reason === "released") return { says: "was released", exitCode: EXIT.leaseReleased };
   const newer = now.find((l) => l.token > lease.token && overlaps(l, lease));
   if (newer) {
     return {

@@ -55,8 +55,13 @@ export const DEV_ACCESS_KEY_ID = "fencegate";
 export const DEV_SECRET_ACCESS_KEY = "fencegate-secret";
 
 export async function clientFromEnv(env = process.env): Promise<FenceClient> {
-  const { FenceClient } = await import("../client/fence-client.js");
+  const [{ FenceClient }, { nodeHttpTransport }] = await Promise.all([
+    import("../client/fence-client.js"),
+    import("../client/transport.js"),
+  ]);
+  // node:http rather than fetch: the same requests, without fetch's ~50-100 ms of start-up.
   return new FenceClient({
+    transport: nodeHttpTransport,
     endpoint: env.FENCEGATE_ENDPOINT || "http://127.0.0.1:9700",
     accessKeyId: env.AWS_ACCESS_KEY_ID || DEV_ACCESS_KEY_ID,
     secretAccessKey: env.AWS_SECRET_ACCESS_KEY || DEV_SECRET_ACCESS_KEY,

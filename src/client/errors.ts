@@ -123,8 +123,12 @@ export class LeaseLostError extends FenceApiError {
   }
 }
 
-/** What the gateway's own answer says: a renewal refused with {"reason": "released" | "expired"}. */
+/**
+ * What the gateway's own answer says: a renewal refused with {"reason": "broken" | "released" |
+ * "expired"}.
+ */
 function reasonOfAnswer(code: string, details: Record<string, unknown>): LeaseLossReason {
+  if (details.reason === "broken") return "broken";
   if (details.reason === "released") return "released";
   if (details.reason === "expired" || code === "LeaseExpired") return "expired";
   return "unknown";

@@ -1,7 +1,7 @@
-import { Sha256 } from "@aws-crypto/sha256-js";
-import { SignatureV4 } from "@smithy/signature-v4";
 import { apiError, FenceApiError, FenceConnectionError, LeaseNotFoundError } from "./errors.js";
 import { Lease, type LeaseOptions } from "./lease.js";
+import { SigV4Signer } from "./sigv4-signer.js";
+import { fetchTransport, type Transport } from "./transport.js";
 import type {
   AcquireRequest,
   AuditQuery,
@@ -44,6 +44,8 @@ export type FenceClientOptions = {
   retry?: RetryOptions;
   /** How long one attempt may take, on top of an acquire's waitMs (default 30 s). */
   timeoutMs?: number;
+  /** How signed requests are sent (default: Node's fetch; see transport.ts). */
+  transport?: Transport;
 };
 
 export type CallOptions = {
@@ -70,24 +72,23 @@ const DEFAULT_TTL_MS = 30_000;
  * runs a function while holding a lease.
  */
 export class FenceClient {
-  private readonly signer: SignatureV4;
+  private readonly signer: SigV4Signer;
+  private readonly transport: Transport;
   private readonly base: URL;
   private readonly retry: Required<RetryOptions>;
   private readonly timeoutMs: number;
 
   constructor(opts: FenceClientOptions) {
     this.base = new URL(opts.endpoint);
-    this.signer = new SignatureV4({
-      service: "s3",
-      region: opts.region ?? "us-east-1",
-      credentials: {
+    this.signer = new SigV4Signer(
+      {
         accessKeyId: opts.accessKeyId,
         secretAccessKey: opts.secretAccessKey,
         sessionToken: opts.sessionToken,
       },
-      sha256: Sha256,
-      uriEscapePath: false,
-    });
+      opts.region ?? "us-east-1",
+    );
+    this.transport = opts.transport ?? fetchTransport;
     this.retry = {
       attempts: Math.max(1, opts.retry?.attempts ?? 4),
       baseDelayMs: opts.retry?.baseDelayMs ?? 100,
@@ -322,49 +323,35 @@ export class FenceClient {
     for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== "") q[k] = v;
     const payload = body === undefined ? undefined : JSON.stringify(body);
     const basePath = this.base.pathname.replace(/\/$/, "");
-    const signed = await this.signer.sign({
+    const signed = this.signer.sign({
       method,
-      protocol: this.base.protocol,
-      hostname: this.base.hostname,
-      port: this.base.port ? Number(this.base.port) : undefined,
+      host: this.base.host,
       path: basePath + path,
       query: q,
-      headers: {
-        host: this.base.host,
-        ...(payload !== undefined ? { "content-type": "application/json" } : {}),
-      },
+      headers: payload !== undefined ? { "content-type": "application/json" } : {},
       body: payload,
     });
     // The query exactly as it was signed (RFC 3986, not form encoding).
-    const search = Object.entries(q)
-      .map(([k, v]) => `${awsEncode(k)}=${awsEncode(v)}`)
-      .join("&");
-    const url = new URL(basePath + path + (search ? `?${search}` : ""), this.base);
+    const url = new URL(basePath + path + (signed.search ? `?${signed.search}` : ""), this.base);
     const timeout = AbortSignal.timeout(this.timeoutMs + (opts.extraTimeoutMs ?? 0));
     const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
-    let res: Response;
-    let text: string;
+    let res: Awaited<ReturnType<Transport>>;
     try {
-      res = await fetch(url, {
-        method,
-        headers: signed.headers as Record<string, string>,
-        body: payload,
-        signal,
-      });
-      text = await res.text();
+      res = await this.transport({ method, url, headers: signed.headers, body: payload, signal });
     } catch (e) {
       if (opts.signal?.aborted) throw opts.signal.reason;
       throw connectionError(e, url);
     }
+    const text = res.text;
     const parsed = text ? safeJson(text) : undefined;
-    if (!res.ok) {
+    if (res.status < 200 || res.status > 299) {
       const err = (parsed as { error?: { code?: string; message?: string } } | undefined)?.error;
       throw apiError({
         status: res.status,
         code: err?.code ?? `HTTP${res.status}`,
         message: err?.message ?? (text || res.statusText),
         body: parsed,
-        requestId: res.headers.get("x-amz-request-id") ?? undefined,
+        requestId: res.header("x-amz-request-id"),
       });
     }
     return parsed;
@@ -379,9 +366,15 @@ function leasePath(leaseId: string): string {
 const NOT_SENT = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
 function connectionError(e: unknown, url: URL): FenceConnectionError {
-  const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-  const code = cause?.code ?? (e as { name?: string }).name ?? "";
-  const why = cause?.message ?? (e as Error).message;
+  // fetch wraps the socket's error in `cause`; node:http rejects with it directly.
+  const err = e as {
+    code?: string;
+    name?: string;
+    message?: string;
+    cause?: { code?: string; message?: string };
+  };
+  const code = err.cause?.code ?? err.code ?? err.name ?? "";
+  const why = err.cause?.message ?? err.message;
   return new FenceConnectionError(`cannot reach the gateway at ${url.origin}: ${why}`, NOT_SENT.has(code), {
     cause: e,
   });
@@ -405,8 +398,4 @@ function safeJson(text: string): unknown {
   } catch {
     return text;
   }
-}
-
-function awsEncode(s: string): string {
-  return encodeURIComponent(s).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
 }

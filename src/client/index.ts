@@ -39,6 +39,13 @@ export {
   type TokenHolder,
   type TokenSource,
 } from "./s3-plugin.js";
+export {
+  fetchTransport,
+  nodeHttpTransport,
+  type Transport,
+  type TransportRequest,
+  type TransportResponse,
+} from "./transport.js";
 export type {
   AcquireRequest,
   AuditQuery,

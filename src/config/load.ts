@@ -102,6 +102,11 @@ function envOverrides(env: Env): Record<string, unknown> {
   if (env.FENCEGATE_DATA_DIR) set(["dataDir"], env.FENCEGATE_DATA_DIR);
   if (env.FENCEGATE_GATEWAY_ID) set(["gatewayId"], env.FENCEGATE_GATEWAY_ID);
   if (env.FENCEGATE_LOG_LEVEL) set(["log", "level"], env.FENCEGATE_LOG_LEVEL);
+  if (env.FENCEGATE_METRICS_PORT !== undefined && env.FENCEGATE_METRICS_PORT !== "") {
+    set(["metrics", "port"], toInt("FENCEGATE_METRICS_PORT", env.FENCEGATE_METRICS_PORT));
+  }
+  if (env.FENCEGATE_METRICS_HOST) set(["metrics", "host"], env.FENCEGATE_METRICS_HOST);
+  if (env.FENCEGATE_METRICS_TOKEN) set(["metrics", "token"], env.FENCEGATE_METRICS_TOKEN);
   if (env.FENCEGATE_FENCING) set(["fencing", "default"], env.FENCEGATE_FENCING);
   if (env.FENCEGATE_ACCESS_KEY_ID || env.FENCEGATE_SECRET_ACCESS_KEY) {
     if (!env.FENCEGATE_ACCESS_KEY_ID || !env.FENCEGATE_SECRET_ACCESS_KEY) {

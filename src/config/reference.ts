@@ -180,6 +180,18 @@ const DOCS: Record<string, Doc> = {
   "audit.retention.maxAgeMs": { example: 604800000 },
   "audit.retention.archiveDir": { doc: "a directory every replica reads, or:", example: "/shared/audit" },
   "audit.retention.archiveBucket": { doc: "a bucket of the storage backend", example: "audit-archive" },
+  metrics: {
+    doc: "Prometheus metrics at /_fence/v1/metrics: loopback peers, or anyone with the bearer token.",
+  },
+  "metrics.port": { doc: "FENCEGATE_METRICS_PORT: also serve them on a port of their own", example: 9701 },
+  "metrics.host": {
+    doc: "FENCEGATE_METRICS_HOST: that listener's address (default: server.host)",
+    example: "0.0.0.0",
+  },
+  "metrics.token": {
+    doc: "FENCEGATE_METRICS_TOKEN: Authorization: Bearer <token> for non-loopback peers",
+    example: "change-me",
+  },
   log: {},
   "log.level": { doc: "FENCEGATE_LOG_LEVEL: fatal, error, warn, info, debug, trace or silent" },
 };

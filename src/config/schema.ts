@@ -345,6 +345,21 @@ export const configSchema = z
       .default({ maxAgeMs: 86_400_000, sweepIntervalMs: 600_000 }),
     leaseStore: leaseStore.default({ type: "embedded" }),
     audit,
+    /**
+     * Prometheus metrics (GET /_fence/v1/metrics). Served on the gateway's port; also on a
+     * listener of their own when `port` is set. Without `token`, only loopback peers may read them.
+     */
+    metrics: z
+      .object({
+        /** A listener of its own for the metrics (0: any free port). */
+        port: z.number().int().min(0).max(65535).optional(),
+        /** Its listen address (default: server.host). */
+        host: z.string().min(1).optional(),
+        /** A bearer token that lets non-loopback peers read the metrics. */
+        token: z.string().min(1).optional(),
+      })
+      .strict()
+      .default({}),
     log: z
       .object({
         level: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),

@@ -6,13 +6,13 @@ import type { Context } from "hono";
 import { Hono } from "hono";
 import type { AccessPolicy } from "../access/access-policy.js";
 import { toApiError } from "../api/errors.js";
-import { auditQuery } from "../api/lease-api.js";
+import { auditQuery, noteLease } from "../api/lease-api.js";
 import { filterParam } from "../api/lease-input.js";
 import { leaseView } from "../api/lease-view.js";
 import type { AuditLog, AuditRecord } from "../audit/audit-log.js";
 import { DomainError } from "../core/errors.js";
 import { bucketNameProblem, objectKeyProblem } from "../core/key-rules.js";
-import type { Logger } from "../core/log.js";
+import type { Logger, RequestSummary } from "../core/log.js";
 import type { Keyring } from "../fence/tokens.js";
 import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js";
 import { AuditTail } from "./audit-tail.js";
@@ -23,7 +23,8 @@ export const CONSOLE_BASE = "/_fence/console";
 export const CONSOLE_HEADER = "x-fencegate-console";
 
 type ConsoleEnv = {
-  Bindings: { incoming: IncomingMessage; requestId: string };
+  /** `summary`: what the gateway's request log line says of the request (filled in as learnt). */
+  Bindings: { incoming: IncomingMessage; requestId: string; summary?: RequestSummary };
   Variables: { session: Session };
 };
 
@@ -102,9 +103,10 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
     return session;
   };
 
-  app.onError((err) => {
+  app.onError((err, c) => {
     if (!(err instanceof DomainError)) opts.log.warn({ err }, "console request failed");
     const e = toApiError(err);
+    if (c.env.summary) c.env.summary.code = String(e.body.error.code);
     return json(e.body, e.status);
   });
   app.notFound((c) =>
@@ -201,6 +203,7 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
       return json({ error: { code: "NotSignedIn", message: "sign in to the console first" } }, 401);
     }
     c.set("session", session);
+    if (c.env.summary) c.env.summary.principal = session.principal;
     await next();
   });
 
@@ -228,6 +231,7 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
       { principal: caller(c).principal, leaseId: lease.leaseId },
       "lease broken from the console",
     );
+    noteLease(c.env.summary, lease);
     return json({ ...viewFor(c)(lease), floorToken });
   });
 

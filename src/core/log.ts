@@ -4,7 +4,8 @@ export type { Logger };
 
 /**
  * What the request log line says about one request besides its method, path, status and
- * duration: filled in by the handler as it learns it (src/s3/handler.ts), logged by the gateway
+ * duration: filled in by the handler as it learns it (src/s3/handler.ts, src/api/lease-api.ts,
+ * src/console/console-app.ts), logged by the gateway
  * once the answer is ready. `token` is the fencing token's number, never the signed string.
  */
 export type RequestSummary = {
@@ -12,7 +13,11 @@ export type RequestSummary = {
   operation?: string;
   bucket?: string | null;
   key?: string | null;
+  /** The prefix of a prefix lease (lease API and console requests). */
+  prefix?: string;
   token?: number | null;
+  /** The lease a lease API or console request was about. */
+  leaseId?: string;
   /** accepted, rejected, or unknown (the outcome of a write the store did not answer). */
   decision?: "accepted" | "rejected" | "unknown";
   /** The error code of a refused or failed request. */

@@ -182,11 +182,30 @@ export function judgeLease(
       details,
     );
   }
-  throw new DomainError(
-    "LeaseExpired",
-    state === "released" ? "the lease was released" : "the lease expired (not renewed in time)",
-    details,
-  );
+  throw new DomainError("LeaseExpired", `the lease ${howEnded(lease)}`, details);
+}
+
+/**
+ * How an ended lease ended, in words (after "the lease" or "lease <id>"): "was broken by an
+ * administrator", "was released", or "expired (not renewed in time)". A successor, when there is
+ * one, is named by the caller ("superseded by token N").
+ */
+export function howEnded(lease: Pick<LeaseRecord, "releasedAt" | "brokenAt">): string {
+  if (lease.brokenAt !== undefined) return "was broken by an administrator";
+  if (lease.releasedAt !== undefined) return "was released";
+  return "expired (not renewed in time)";
+}
+
+/**
+ * The LeaseLost of a renewal of a lease that was released or broken: its `reason` ("broken" or
+ * "released") is what the SDK's LeaseLostError reports.
+ */
+export function lostByRelease(leaseId: string, broken: boolean): DomainError {
+  const how = broken ? "was broken by an administrator" : "was released";
+  return new DomainError("LeaseLost", `lease ${leaseId} ${how}`, {
+    leaseId,
+    reason: broken ? "broken" : "released",
+  });
 }
 
 /** Refuses an unfenced write to a key that an active lease covers. */

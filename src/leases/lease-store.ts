@@ -32,7 +32,13 @@ export type LeaseRecord = {
   ttlMs: number;
   acquiredAt: number; // ms since epoch
   expiresAt: number; // ms since epoch
-  releasedAt?: number; // set once released by its holder
+  releasedAt?: number; // set once released by its holder (or broken by an administrator)
+  /**
+   * Set, with `releasedAt`, when an administrator broke the lease (LeaseStore.breakLease), so
+   * that a refusal of its holder's later write or renewal says "broken by an administrator"
+   * rather than "released". Absent on leases broken before it was kept.
+   */
+  brokenAt?: number;
   /**
    * Set once the store has seen the lease end (released, expiry reported, or superseded by a
    * grant after it expired). From then on the lease is ended whatever the clock says later: a

@@ -31,7 +31,6 @@ import {
   METRICS_PATH,
   type MetricsSettings,
   metricsAnswer,
-  metricsSettingsFromEnv,
   startMetricsListener,
 } from "../metrics/endpoint.js";
 import { createMetrics } from "../metrics/metrics.js";
@@ -69,7 +68,7 @@ export type StartOptions = {
   log?: Logger;
   /** Sweep interval for expired leases (audit LeaseExpired events). */
   sweepMs?: number;
-  /** Where metrics are served and who may read them; default: FENCEGATE_METRICS_* from the environment. */
+  /** Where metrics are served and who may read them; default: the configuration's `metrics`. */
   metrics?: MetricsSettings;
 };
 
@@ -79,7 +78,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const gatewayId = config.gatewayId ?? `gw-${randomBytes(4).toString("hex")}`;
   const log = options.log ?? createLogger(config.log.level, { gateway: gatewayId });
   const secrets = resolveSecrets(config);
-  const metricsSettings = options.metrics ?? metricsSettingsFromEnv(process.env);
+  const metricsSettings = options.metrics ?? config.metrics;
   const metrics = createMetrics({ gatewayId, version: VERSION });
   const components = await openComponents(config, { clock, gatewayId, log, metrics });
   const { backend, leaseStore, audit } = components;
@@ -158,11 +157,12 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     c.set("summary", summary);
     requestIds.set(c.env.incoming, requestId);
     await next();
+    const apiTarget = isLeaseApiTarget(c.env.incoming.url, c.env.incoming.headers.host, domain);
     const op =
       (c.get("op") as string | undefined) ??
-      (isLeaseApiTarget(c.env.incoming.url, c.env.incoming.headers.host, domain)
-        ? apiOperation(c.req.method, c.req.path)
-        : "s3_unrouted");
+      (apiTarget ? apiOperation(c.req.method, c.req.path) : "s3_unrouted");
+    if (apiTarget && summary.operation === undefined)
+      summarizeApiRequest(summary, c.req.method, c.req.path, op, c.res.status);
     metrics.request(op, c.res.status, (performance.now() - started) / 1000);
     // The path only: a query string may hold a presigned signature or a fencing token. The
     // request id comes first, where a child logger's binding would put it; no child logger is
@@ -238,9 +238,13 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // included; only a virtual-hosted bucket host makes it an object key.
     if (isLeaseApiTarget(c.env.incoming.url, c.env.incoming.headers.host, domain)) {
       if (isConsolePath(c.req.path)) {
-        return consoleUi.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId") });
+        return consoleUi.fetch(c.req.raw, {
+          ...c.env,
+          requestId: c.get("requestId"),
+          summary: c.get("summary"),
+        });
       }
-      return api.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId") });
+      return api.fetch(c.req.raw, { ...c.env, requestId: c.get("requestId"), summary: c.get("summary") });
     }
     // The S3 handler logs with the request id bound; the lease API has no use for a child logger.
     c.set("log", log.child({ requestId: c.get("requestId") }));
@@ -501,4 +505,34 @@ function edgeResponse(answer: EdgeAnswer, requestId: string): Response {
     status: answer.status,
     headers: { "content-type": answer.contentType, "x-amz-request-id": requestId, server: "fencegate" },
   });
+}
+
+/**
+ * The rest of a lease API or console request's log line, once answered (the API notes the
+ * principal, the lease and the error code as it learns them): its operation (the API's
+ * operationId; `console:<METHOD> <path>` for the console), the lease id of its path, and the
+ * decision: accepted below 400, rejected for a 4xx, unknown for a 5xx (the store did not answer,
+ * so whether a grant or a release took effect is not known). Unsigned reads (health, metrics,
+ * the OpenAPI document) that succeed get no decision.
+ */
+export function summarizeApiRequest(
+  summary: RequestSummary,
+  method: string,
+  path: string,
+  op: string,
+  status: number,
+): void {
+  const consolePath = path.startsWith("/_fence/console");
+  summary.operation = consolePath ? `console:${method} ${path.slice("/_fence/console".length) || "/"}` : op;
+  const leaseId = /^\/_fence\/(?:v1|console\/api)\/leases\/([^/]+)/.exec(path)?.[1];
+  if (leaseId !== undefined && summary.leaseId === undefined) {
+    try {
+      summary.leaseId = decodeURIComponent(leaseId);
+    } catch {
+      summary.leaseId = leaseId;
+    }
+  }
+  if (status >= 500) summary.decision = "unknown";
+  else if (status >= 400) summary.decision = "rejected";
+  else if (summary.principal !== undefined) summary.decision = "accepted";
 }

@@ -89,6 +89,11 @@ describe("POST /_fence/v1/leases/{leaseId}/break", () => {
 
     const late = await put("jobs/k", lease.fencingToken);
     expect(late.status).toBe(409);
+    // The refusal says what happened: broken by an administrator, not "released" (the code is
+    // the contract's; only the words changed).
+    expect(late.text).toContain("<Code>LeaseExpired</Code>");
+    expect(late.text).toMatch(/<Message>[^<]*broken by an administrator[^<]*<\/Message>/);
+    expect(late.text).not.toContain("was released");
     expect(Number(late.headers["x-fence-highest-token"])).toBeGreaterThanOrEqual(broken.body.floorToken);
     expect((await as(WRITER).renew(lease.leaseId)).body.error.code).toBe("LeaseLost");
     const records = await auditOf(lease.leaseId);
@@ -115,6 +120,8 @@ describe("POST /_fence/v1/leases/{leaseId}/break", () => {
     for (const key of ["jobs/batch/1", "jobs/batch/never-written"]) {
       const late = await put(key, lease.fencingToken);
       expect(late.status, key).toBe(409);
+      expect(late.text, key).toContain("<Code>LeaseExpired</Code>");
+      expect(late.text, key).toContain("broken by an administrator");
     }
     expect((await breakAs(ROOT, lease.leaseId)).status).toBe(404);
   });

@@ -222,3 +222,49 @@ describe("unknown fields", () => {
     }
   });
 });
+
+describe("metrics settings", () => {
+  const METRICS_FILE = `
+metrics:
+  port: 9701
+  host: 0.0.0.0
+  token: file-token
+`;
+
+  it("come from the file's metrics block", () => {
+    const c = loadConfig({ FENCEGATE_CONFIG: yamlFile(METRICS_FILE) });
+    expect(c.metrics).toEqual({ port: 9701, host: "0.0.0.0", token: "file-token" });
+    expect(loadConfig({}).metrics).toEqual({});
+  });
+
+  it("FENCEGATE_METRICS_* override the file field by field, keeping the fields they do not name", () => {
+    const file = yamlFile(METRICS_FILE);
+    expect(loadConfig({ FENCEGATE_CONFIG: file, FENCEGATE_METRICS_PORT: "0" }).metrics).toEqual({
+      port: 0,
+      host: "0.0.0.0",
+      token: "file-token",
+    });
+    expect(
+      loadConfig({
+        FENCEGATE_CONFIG: file,
+        FENCEGATE_METRICS_TOKEN: "env-token",
+        FENCEGATE_METRICS_HOST: "::",
+      }).metrics,
+    ).toEqual({ port: 9701, host: "::", token: "env-token" });
+    expect(loadConfig({ FENCEGATE_METRICS_PORT: "9800" }).metrics).toEqual({ port: 9800 });
+  });
+
+  it("refuses a bad port or an unknown field, naming it, and never repeats the token", () => {
+    expect(configError(() => loadConfig({ FENCEGATE_METRICS_PORT: "http" })).message).toMatch(
+      /FENCEGATE_METRICS_PORT: expected a whole number/,
+    );
+    expect(configError(() => loadConfig({ FENCEGATE_METRICS_PORT: "70000" })).message).toMatch(
+      /metrics\.port/,
+    );
+    const unknown = configError(() =>
+      loadConfig({ FENCEGATE_CONFIG: yamlFile("metrics:\n  token: secret-token-1\n  path: /m\n") }),
+    );
+    expect(unknown.message).toContain("metrics.path: unknown field");
+    expect(unknown.message).not.toContain("secret-token-1");
+  });
+});

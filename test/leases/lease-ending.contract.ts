@@ -165,6 +165,50 @@ export function describeLeaseEndingContract(t: LeaseStoreContext): void {
       await expectDomainError(t.store.breakLease!("no-such-lease"), "LeaseNotFound");
     });
 
+    it("remembers that the lease was broken, not released: its renewal and its writes say so", async () => {
+      const broken = await t.grant({ bucket: "b", key: "k" });
+      const released = await t.grant({ bucket: "b", key: "r" });
+      t.clock.advance(10);
+      const result = await t.store.breakLease!(broken.leaseId);
+      expect(result.lease.brokenAt).toBe(t.clock());
+      expect(result.lease.releasedAt).toBe(t.clock());
+      expect((await t.store.get(broken.leaseId))?.brokenAt).toBe(t.clock());
+      const lost = await expectDomainError(t.store.renew(broken.leaseId, 1_000), "LeaseLost");
+      expect(lost.details).toMatchObject({ reason: "broken" });
+      expect(lost.message).toContain("broken by an administrator");
+      const refused = await expectDomainError(
+        t.store.beginCommit({
+          kind: "fenced",
+          leaseId: broken.leaseId,
+          token: broken.token,
+          bucket: "b",
+          key: "k",
+        }),
+        "LeaseExpired",
+      );
+      expect(refused.message).toContain("broken by an administrator");
+
+      // A release by its holder stays a release, in the same words as before.
+      const ended = await t.store.release(released.leaseId);
+      expect(ended.brokenAt).toBeUndefined();
+      expect((await t.store.get(released.leaseId))?.brokenAt).toBeUndefined();
+      const relLost = await expectDomainError(t.store.renew(released.leaseId, 1_000), "LeaseLost");
+      expect(relLost.details).toMatchObject({ reason: "released" });
+      expect(relLost.message).toContain("was released");
+      const relRefused = await expectDomainError(
+        t.store.beginCommit({
+          kind: "fenced",
+          leaseId: released.leaseId,
+          token: released.token,
+          bucket: "b",
+          key: "r",
+        }),
+        "LeaseExpired",
+      );
+      expect(relRefused.message).toContain("was released");
+      expect(relRefused.message).not.toContain("broken");
+    });
+
     it("reports the expiry of a lease that had expired unnoticed, and still fences", async () => {
       const lease = await t.grant({ bucket: "b", key: "k" }, 1_000);
       t.clock.advance(1_000);

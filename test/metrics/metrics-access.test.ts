@@ -5,13 +5,16 @@
  * port) serving the same gateway's metrics; bad settings refused with a clear message. And the
  * strict exposition parser the metrics tests rely on refuses what Prometheus would.
  */
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../src/config/load.js";
 import { createLogger } from "../../src/core/log.js";
 import { isLoopback, metricsAnswer, metricsSettingsFromEnv } from "../../src/metrics/endpoint.js";
 import { createMetrics } from "../../src/metrics/metrics.js";
 import { type Gateway, startGateway } from "../../src/server/gateway.js";
-import { tempDir } from "../support/gateway.js";
+import { startTestGateway, tempDir } from "../support/gateway.js";
 import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
 import { waitFor } from "../support/wait.js";
 
@@ -189,5 +192,37 @@ describe("the strict exposition parser", () => {
       ['# TYPE h histogram\nh_bucket{le="+Inf"} 2\nh_count 1', /\+Inf bucket is not _count/],
     ];
     for (const [text, why] of bad) expect(() => parsePrometheusText(text), text).toThrow(why);
+  });
+});
+
+describe("metrics settings from the configuration file", () => {
+  it("a metrics block starts the listener of its own, and the token never reaches the log", async () => {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(String(chunk));
+        done();
+      },
+    });
+    const dir = tempDir();
+    const file = join(dir.path, "metrics.yaml");
+    writeFileSync(file, `metrics:\n  port: 0\n  token: ${TOKEN}\n`);
+    const gw = await startTestGateway({
+      env: { FENCEGATE_CONFIG: file },
+      log: createLogger("debug", {}, sink),
+    });
+    try {
+      expect(gw.metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      expect(gw.metricsUrl).not.toBe(gw.url);
+      const res = await fetch(`${gw.metricsUrl}/_fence/v1/metrics`, {
+        headers: { authorization: `Bearer ${TOKEN}` },
+      });
+      expect(res.status).toBe(200);
+      expect(await res.text()).toContain("fencegate_");
+    } finally {
+      await gw.stop();
+      dir.cleanup();
+    }
+    expect(lines.join("")).not.toContain(TOKEN);
   });
 });

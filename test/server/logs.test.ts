@@ -3,7 +3,9 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { CreateBucketCommand, PutObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, describe, expect, it } from "vitest";
+import { LeaseHeldError } from "../../src/client/errors.js";
 import { createLogger } from "../../src/core/log.js";
+import { ConsoleClient } from "../console/console-support.js";
 import { CREDENTIALS, ROOT, startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 import { trackChild } from "../support/processes.js";
 import { waitFor } from "../support/wait.js";
@@ -77,6 +79,107 @@ describe("request log", () => {
     });
     expect(rejected?.durationMs).toEqual(expect.any(Number));
     expect(raw.join("\n")).not.toContain(first.fencingToken);
+  });
+});
+
+describe("request log of the lease API and the console", () => {
+  const raw: string[] = [];
+  const sink = new Writable({
+    write(chunk, _enc, done) {
+      raw.push(...String(chunk).split("\n").filter(Boolean));
+      done();
+    },
+  });
+  let gw: TestGateway;
+  afterAll(async () => {
+    await gw?.stop();
+  });
+
+  it("names request id, principal, operation, bucket, key, token, decision and duration, like the S3 lines", async () => {
+    gw = await startTestGateway({ log: createLogger("info", {}, sink) });
+    await gw.s3().send(new CreateBucketCommand({ Bucket: "logs" }));
+    const lease = await gw.leases.acquire({ bucket: "logs", key: "obj", ttlMs: 30_000 });
+    const held = await gw.leases.acquire({ bucket: "logs", key: "obj", ttlMs: 30_000 }).catch((e) => e);
+    expect(held).toBeInstanceOf(LeaseHeldError);
+    await gw.leases.renew(lease.leaseId);
+    const prefix = await gw.leases.acquire({ bucket: "logs", prefix: "dir/", ttlMs: 30_000 });
+    await gw.leases.release(prefix.leaseId);
+    // The console: signed in with the same key, it breaks the lease.
+    const browser = new ConsoleClient(gw.url);
+    expect((await browser.signIn(CREDENTIALS)).status).toBe(201);
+    const broke = await browser.call("POST", `/leases/${lease.leaseId}/break`);
+    expect(broke.status, broke.text).toBe(200);
+    const consoleId = broke.headers.get("x-amz-request-id");
+    await waitFor(
+      () => raw.some((l) => l.includes(`"requestId":"${consoleId}"`) && l.includes('"msg":"request"')),
+      {
+        what: "the console break's request line",
+      },
+    );
+
+    const lines = raw
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((l) => l.msg === "request" && String(l.path).startsWith("/_fence/"));
+    for (const l of lines) {
+      expect(l.requestId, JSON.stringify(l)).toEqual(expect.any(String));
+      expect(l.durationMs, JSON.stringify(l)).toEqual(expect.any(Number));
+    }
+    const find = (operation: string, extra: Record<string, unknown> = {}) =>
+      lines.filter((l) => l.operation === operation && Object.entries(extra).every(([k, v]) => l[k] === v));
+    expect(find("acquireLease", { decision: "accepted", key: "obj" })).toEqual([
+      expect.objectContaining({
+        principal: CREDENTIALS.accessKeyId,
+        bucket: "logs",
+        key: "obj",
+        leaseId: lease.leaseId,
+        token: lease.token,
+        status: 201,
+      }),
+    ]);
+    expect(find("acquireLease", { decision: "rejected" })).toEqual([
+      expect.objectContaining({
+        principal: CREDENTIALS.accessKeyId,
+        bucket: "logs",
+        key: "obj",
+        code: "LeaseHeld",
+        status: 409,
+      }),
+    ]);
+    expect(find("renewLease")).toEqual([
+      expect.objectContaining({
+        principal: CREDENTIALS.accessKeyId,
+        bucket: "logs",
+        key: "obj",
+        leaseId: lease.leaseId,
+        token: lease.token,
+        decision: "accepted",
+      }),
+    ]);
+    expect(find("acquireLease", { prefix: "dir/" })).toEqual([
+      expect.objectContaining({ token: prefix.token, decision: "accepted" }),
+    ]);
+    expect(find("releaseLease")).toEqual([
+      expect.objectContaining({
+        principal: CREDENTIALS.accessKeyId,
+        leaseId: prefix.leaseId,
+        decision: "accepted",
+        status: 204,
+      }),
+    ]);
+    const consoleLine = lines.find((l) => l.requestId === consoleId);
+    expect(consoleLine).toMatchObject({
+      principal: CREDENTIALS.accessKeyId,
+      operation: `console:POST /api/leases/${lease.leaseId}/break`,
+      bucket: "logs",
+      key: "obj",
+      leaseId: lease.leaseId,
+      token: lease.token,
+      decision: "accepted",
+      status: 200,
+    });
+    // Never a signed fencing token, nor a secret, on any line.
+    expect(raw.join("\n")).not.toContain(lease.fencingToken);
+    expect(raw.join("\n")).not.toContain(CREDENTIALS.secretAccessKey);
   });
 });
 

@@ -7,6 +7,7 @@ import {
   assertWellFormedAcquire,
   judgeIntent,
   leaseNotFound,
+  lostByRelease,
   newLeaseId,
   resourceOf,
 } from "../lease-rules.js";
@@ -73,7 +74,7 @@ export function createEmbeddedLeaseStore({
     "UPDATE lease_leases SET expires_at = @expiresAt, ttl_ms = @ttlMs WHERE lease_id = @id",
   );
   const markReleased = db.prepare(
-    `UPDATE lease_leases SET released_at = @now, ended_at = MIN(@now, expires_at)
+    `UPDATE lease_leases SET released_at = @now, broken_at = @brokenAt, ended_at = MIN(@now, expires_at)
      WHERE lease_id = @id`,
   );
   const activeAll = db.prepare<{ now: number }, LeaseRow>(
@@ -196,9 +197,7 @@ export function createEmbeddedLeaseStore({
   const renewTx = (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
     const row = byId.get(leaseId);
     if (!row) throw leaseNotFound(leaseId);
-    if (row.released_at !== null) {
-      throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
-    }
+    if (row.released_at !== null) throw lostByRelease(leaseId, row.broken_at !== null);
     if (!isActiveRow(row, now)) {
       throw new DomainError(
         "LeaseLost",
@@ -216,7 +215,12 @@ export function createEmbeddedLeaseStore({
     return lease;
   };
 
-  const releaseTx = (leaseId: string, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
+  const releaseTx = (
+    leaseId: string,
+    now: number,
+    inCommit?: LeaseEventHook,
+    broken = false,
+  ): LeaseRecord => {
     const row = byId.get(leaseId);
     if (!row || row.ended_at !== null) throw leaseNotFound(leaseId);
     if (!isActiveRow(row, now)) {
@@ -225,14 +229,14 @@ export function createEmbeddedLeaseStore({
       inCommit?.(lease, "LeaseExpired");
       return lease;
     }
-    markReleased.run({ id: leaseId, now });
+    markReleased.run({ id: leaseId, now, brokenAt: broken ? now : null });
     const lease = toLeaseRecord(byId.get(leaseId)!);
     inCommit?.(lease);
     return lease;
   };
 
   const breakTx = (leaseId: string, now: number, inCommit?: LeaseEventHook): BreakResult => {
-    const lease = releaseTx(leaseId, now, inCommit);
+    const lease = releaseTx(leaseId, now, inCommit, true);
     const token = nextToken.get()!.value;
     return { lease, fence: { token, intents: intentsUnder(resourceOf(lease)) } };
   };

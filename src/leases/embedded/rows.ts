@@ -13,13 +13,14 @@ export type LeaseRow = {
   acquired_at: number;
   expires_at: number;
   released_at: number | null;
+  broken_at: number | null;
   expiry_reported: number;
   ended_at: number | null;
   principal: string | null;
 };
 
 export const LEASE_COLUMNS =
-  "lease_id, bucket, key, prefix, owner, token, ttl_ms, acquired_at, expires_at, released_at, expiry_reported, ended_at, principal";
+  "lease_id, bucket, key, prefix, owner, token, ttl_ms, acquired_at, expires_at, released_at, broken_at, expiry_reported, ended_at, principal";
 
 export function toLeaseRecord(row: LeaseRow): LeaseRecord {
   const lease: LeaseRecord = {
@@ -34,6 +35,7 @@ export function toLeaseRecord(row: LeaseRow): LeaseRecord {
   if (row.key !== null) lease.key = row.key;
   else lease.prefix = row.prefix ?? "";
   if (row.released_at !== null) lease.releasedAt = row.released_at;
+  if (row.broken_at !== null) lease.brokenAt = row.broken_at;
   if (row.ended_at !== null) lease.endedAt = row.ended_at;
   if (row.principal !== null) lease.principal = row.principal;
   return lease;

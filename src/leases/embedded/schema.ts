@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS lease_leases (
   acquired_at INTEGER NOT NULL,
   expires_at INTEGER NOT NULL,
   released_at INTEGER,
+  broken_at INTEGER,
   expiry_reported INTEGER NOT NULL DEFAULT 0,
   ended_at INTEGER,
   CHECK ((key IS NULL) <> (prefix IS NULL))
@@ -82,6 +83,9 @@ export function migrateLeaseTables(db: EmbeddedDb): void {
     const columns = db.prepare<[], { name: string }>("PRAGMA table_info(lease_leases)").all();
     if (!columns.some((c) => c.name === "principal"))
       db.exec("ALTER TABLE lease_leases ADD COLUMN principal TEXT");
+    // Added later: when an administrator broke the lease (leases broken before read as released).
+    if (!columns.some((c) => c.name === "broken_at"))
+      db.exec("ALTER TABLE lease_leases ADD COLUMN broken_at INTEGER");
     // Defence in depth: the counter can never sit below a token already granted.
     db.prepare(
       "UPDATE lease_counter SET value = MAX(value, (SELECT COALESCE(MAX(token), 0) FROM lease_leases)) WHERE id = 1",

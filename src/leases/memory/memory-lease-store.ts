@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { MemoryDomain } from "../../core/tx.js";
-import { judgeIntent, leaseNotFound, newLeaseId, resourceOf } from "../lease-rules.js";
+import { judgeIntent, leaseNotFound, lostByRelease, newLeaseId, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
@@ -115,9 +115,8 @@ export function createMemoryLeaseStore({
   const renewStep = (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook) => {
     const entry = table.get(leaseId);
     if (!entry) throw leaseNotFound(leaseId);
-    if (entry.record.releasedAt !== undefined) {
-      throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
-    }
+    if (entry.record.releasedAt !== undefined)
+      throw lostByRelease(leaseId, entry.record.brokenAt !== undefined);
     if (!isActiveEntry(entry, now)) {
       const at = new Date(entry.record.expiresAt).toISOString();
       throw new DomainError("LeaseLost", `lease ${leaseId} expired at ${at}`, { leaseId, reason: "expired" });
@@ -127,7 +126,7 @@ export function createMemoryLeaseStore({
     return copy(entry)!;
   };
 
-  const releaseStep = (leaseId: string, now: number, inCommit?: LeaseEventHook) => {
+  const releaseStep = (leaseId: string, now: number, inCommit?: LeaseEventHook, broken = false) => {
     const entry = table.get(leaseId);
     if (!entry || entry.endedAt !== null) throw leaseNotFound(leaseId);
     if (!isActiveEntry(entry, now)) {
@@ -137,7 +136,7 @@ export function createMemoryLeaseStore({
       return lease;
     }
     table.update(entry, {
-      record: { ...entry.record, releasedAt: now },
+      record: { ...entry.record, releasedAt: now, ...(broken ? { brokenAt: now } : {}) },
       endedAt: Math.min(now, entry.record.expiresAt),
     });
     inCommit?.(copy(entry)!);
@@ -145,7 +144,7 @@ export function createMemoryLeaseStore({
   };
 
   const breakStep = (leaseId: string, now: number, inCommit?: LeaseEventHook): BreakResult => {
-    const lease = releaseStep(leaseId, now, inCommit);
+    const lease = releaseStep(leaseId, now, inCommit, true);
     return { lease, fence: { token: table.takeToken(), intents: intents.under(resourceOf(lease)) } };
   };
 

@@ -18,6 +18,7 @@ export function decodeLease(raw: unknown): LeaseRecord | null {
     expiresAt: Number(f.get("exp")),
   };
   if (f.has("rel")) lease.releasedAt = Number(f.get("rel"));
+  if (f.has("brk")) lease.brokenAt = Number(f.get("brk"));
   if (f.has("end")) lease.endedAt = Number(f.get("end"));
   if (f.has("pr")) lease.principal = f.get("pr")!;
   return lease;

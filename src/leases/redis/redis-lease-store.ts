@@ -6,7 +6,7 @@ import { type InScriptAppends, redisServerOf } from "../../audit/redis/redis-aud
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
-import { leaseNotFound, newLeaseId } from "../lease-rules.js";
+import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
   CommitIntent,
@@ -400,9 +400,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       const [status, value] = reply as [string, unknown];
       if (status === "ok") return decodeLease(value)!;
       if (status === "notfound") throw leaseNotFound(leaseId);
-      if (status === "released") {
-        throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
-      }
+      if (status === "released" || status === "broken") throw lostByRelease(leaseId, status === "broken");
       const at = new Date(Number(value)).toISOString();
       throw new DomainError("LeaseLost", `lease ${leaseId} expired at ${at}`, { leaseId, reason: "expired" });
     },

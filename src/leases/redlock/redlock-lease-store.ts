@@ -3,7 +3,7 @@ import { Redis } from "ioredis";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
-import { leaseNotFound, newLeaseId } from "../lease-rules.js";
+import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
   BreakResult,
@@ -792,10 +792,11 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         return lease;
       }
       if (by("notfound").length >= Q) throw leaseNotFound(leaseId);
-      const released = by("released").length;
+      const broken = by("broken").length;
+      const released = by("released").length + broken;
       const expired = by("expired");
       if (released > 0 && released + expired.length + by("notfound").length >= Q) {
-        throw new DomainError("LeaseLost", `lease ${leaseId} was released`, { leaseId, reason: "released" });
+        throw lostByRelease(leaseId, broken > 0);
       }
       if (expired.length > 0 && released + expired.length + by("notfound").length >= Q) {
         const at = new Date(Number((expired[0]!.reply as unknown[])[1])).toISOString();
@@ -1067,6 +1068,7 @@ function encodeLease(l: LeaseRecord): Record<string, string> {
   else f.p = l.prefix ?? "";
   if (l.principal !== undefined) f.pr = l.principal;
   if (l.releasedAt !== undefined) f.rel = String(l.releasedAt);
+  if (l.brokenAt !== undefined) f.brk = String(l.brokenAt);
   if (l.endedAt !== undefined) f.end = String(l.endedAt);
   return f;
 }

@@ -176,6 +176,47 @@ describe("embedded lease store", () => {
   });
 });
 
+describe("embedded lease store: a database made before broken_at existed", () => {
+  it("gains the column on open, keeps its leases, and remembers a break from then on", async () => {
+    const dataDir = await mkdtemp(join(tmpdir(), "fencegate-leases-old-"));
+    try {
+      let db = openEmbeddedDb({ dataDir });
+      let store = createEmbeddedLeaseStore({ db });
+      const granted = await store.tryAcquire({
+        resource: { bucket: "b", key: "k" },
+        ttlMs: 60_000,
+        owner: "o",
+      });
+      if (!granted.granted) throw new Error("not granted");
+      await store.close();
+      // The table as an older release left it.
+      db.exec("ALTER TABLE lease_leases DROP COLUMN broken_at");
+      const columns = () =>
+        db
+          .prepare<[], { name: string }>("PRAGMA table_info(lease_leases)")
+          .all()
+          .map((c) => c.name);
+      expect(columns()).not.toContain("broken_at");
+      db.close();
+
+      db = openEmbeddedDb({ dataDir });
+      store = createEmbeddedLeaseStore({ db });
+      expect(columns()).toContain("broken_at");
+      expect((await store.get(granted.lease.leaseId))?.brokenAt).toBeUndefined();
+      const broken = await store.breakLease!(granted.lease.leaseId);
+      expect(broken.lease.brokenAt).toBeTypeOf("number");
+      await expect(store.renew(granted.lease.leaseId, 1_000)).rejects.toMatchObject({
+        code: "LeaseLost",
+        details: { reason: "broken" },
+      });
+      await store.close();
+      db.close();
+    } finally {
+      await rm(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
 describeLeaseServiceContract("the embedded store", async () => {
   const dataDir = await mkdtemp(join(tmpdir(), "fencegate-lease-service-"));
   const db = openEmbeddedDb({ dataDir });

@@ -76,7 +76,7 @@ return {'granted', redis.call('HGETALL', LEASE .. id), expired, SEQ}
 
 /**
  * ARGV[3..4]: lease id, ttl ms; ARGV[5..]: the event context. Only the lease's id reaches it: no
- * resource lookup. Answers {'ok', lease, seq}, {'notfound'}, {'released'}, {'expired', exp} or
+ * resource lookup. Answers {'ok', lease, seq}, {'notfound'}, {'released'}, {'broken'}, {'expired', exp} or
  * {'auditlost'}.
  */
 export const RENEW = `${PRELUDE}
@@ -86,7 +86,7 @@ if not events_ready() then return {'auditlost'} end
 local now = clock(true)
 local l = lease(id)
 if not l then return {'notfound'} end
-if l.rel then return {'released'} end
+if l.rel then return {l.brk and 'broken' or 'released'} end
 -- An expired lease stays expired even if nobody took its resource: its holder must know.
 if not is_active(l, now) then return {'expired', fmt(l.exp)} end
 record_event(stored(l))
@@ -256,7 +256,8 @@ local tok = take_token()
 if not tok then return {'epoch'} end
 if is_active(l, now) then
   record_event(stored(l))
-  redis.call('HSET', LEASE .. id, 'rel', fmt(now))
+  -- 'brk': broken, not released by its holder (what a refusal of its holder later says).
+  redis.call('HSET', LEASE .. id, 'rel', fmt(now), 'brk', fmt(now))
   end_lease(l, now, now)
 else
   -- It had ended by expiry: that is recorded first, then the administrator's act.

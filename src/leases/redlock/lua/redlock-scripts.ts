@@ -195,7 +195,8 @@ local l = lease(id)
 if not l or not is_open(l) then return {'notfound'} end
 local now = clock(true)
 if is_active(l, now) then
-  redis.call('HSET', LEASE .. id, 'rel', fmt(now))
+  -- 'brk': broken, not released by its holder (what a refusal of its holder later says).
+  redis.call('HSET', LEASE .. id, 'rel', fmt(now), 'brk', fmt(now))
   end_lease(l, now, now)
 else
   end_lease(l, l.exp, now)
