@@ -111,6 +111,8 @@ export class LeaseService {
    * waiters stay in `queue` too, but order and wake-ups come from it.
    */
   private readonly shared: SharedWaitLine | undefined;
+  /** The store's release wakes the shared queue's waiters itself (SharesWaiting). */
+  private readonly releaseWakes: boolean;
   private listening: Promise<void> | undefined;
   private refreshTimer: NodeJS.Timeout | undefined;
   /** Delegates this gateway knows (loaded at start, kept as they are created and revoked). */
@@ -125,6 +127,7 @@ export class LeaseService {
     this.storeRecords = !this.joinsAudit && (store.recordsEventsIn?.(audit) ?? false);
     const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
     this.shared = typeof sharing === "function" ? sharing.call(store) : undefined;
+    this.releaseWakes = (store as Partial<SharesWaiting>).releaseWakesWaiters === true;
   }
 
   /** Pool members shared by every replica, when the store offers it (Pools keeps its own otherwise). */
@@ -673,7 +676,8 @@ export class LeaseService {
       throw e;
     }
     await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
-    this.wakeAfterEnd([lease]);
+    // A shared queue's store may have told the waiters in the release's own step.
+    if (!(this.shared && this.releaseWakes)) this.wakeAfterEnd([lease]);
   }
 
   /**

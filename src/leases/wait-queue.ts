@@ -171,4 +171,9 @@ export interface PoolMembership {
 export type SharesWaiting = {
   sharedWaitLine(): SharedWaitLine;
   sharedPoolMembership(): PoolMembership;
+  /**
+   * The store's release tells the shared queue's waiters now first in line itself (in the same
+   * atomic step as the release): the service does not call `ended` after a release.
+   */
+  readonly releaseWakesWaiters?: boolean;
 };

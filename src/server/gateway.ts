@@ -12,7 +12,7 @@ import type { Config } from "../config/schema.js";
 import { consoleApp, isConsolePath } from "../console/console-app.js";
 import { type Clock, systemClock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
-import { createLogger, type Logger, type RequestSummary } from "../core/log.js";
+import { createLogger, type Logger, logRequestLine, type RequestSummary } from "../core/log.js";
 import { VERSION } from "../core/version.js";
 import { Outcomes } from "../fence/outcomes.js";
 import { WriteFencer } from "../fence/write-fencer.js";
@@ -168,17 +168,14 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // request id comes first, where a child logger's binding would put it; no child logger is
     // made per request for this one line (nor at all when the level drops it).
     if (log.isLevelEnabled("info")) {
-      log.info(
-        {
-          requestId,
-          method: c.req.method,
-          path: c.req.path,
-          status: c.res.status,
-          ...summary,
-          durationMs: Math.round((performance.now() - started) * 10) / 10,
-        },
-        "request",
-      );
+      logRequestLine(log, {
+        requestId,
+        method: c.req.method,
+        path: c.req.path,
+        status: c.res.status,
+        summary,
+        durationMs: Math.round((performance.now() - started) * 10) / 10,
+      });
     }
     c.res.headers.set("x-amz-request-id", requestId);
     c.res.headers.set("x-amz-id-2", Buffer.from(`${gatewayId}/${requestId}`).toString("base64"));

@@ -29,11 +29,11 @@ import {
   GET,
   INSTALL_EPOCH,
   LIST,
-  RELEASE,
   RENEW,
   SWEEP,
 } from "./lua/lease-scripts.js";
 import { EVENT_ARGS } from "./lua/prelude.js";
+import { RELEASE_AND_WAKE } from "./lua/wait-scripts.js";
 import { LuaScript } from "./lua-script.js";
 import { checkRedisSettings, type RedisSettingsReport } from "./redis-settings.js";
 import { createRedisWaiting } from "./redis-wait-queue.js";
@@ -100,6 +100,8 @@ export type RedisLeaseStore = LeaseStore & {
   sharedWaitLine(): SharedWaitLine;
   /** Pool members of every replica on this Redis. */
   sharedPoolMembership(): PoolMembership;
+  /** A release tells the waiters now first in line in its own script (one call to Redis). */
+  readonly releaseWakesWaiters: true;
 };
 
 const DAY_MS = 24 * 60 * 60 * 1000;
@@ -109,7 +111,8 @@ const SWEEP_LIMIT = 500;
 const SCRIPTS = {
   acquire: new LuaScript("acquire", ACQUIRE),
   renew: new LuaScript("renew", RENEW),
-  release: new LuaScript("release", RELEASE),
+  // Release and the wake-up of the waiters first in line, in one call (wait-scripts.ts).
+  release: new LuaScript("release", RELEASE_AND_WAKE),
   breakLease: new LuaScript("break", BREAK),
   collectExpired: new LuaScript("collect-expired", COLLECT_EXPIRED),
   sweep: new LuaScript("sweep", SWEEP),
@@ -552,6 +555,8 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     },
 
     sharedWaitLine: () => sharedWaiting().line,
+
+    releaseWakesWaiters: true,
 
     sharedPoolMembership: () => sharedWaiting().pools,
   };

@@ -97,12 +97,11 @@ return {'ok', redis.call('HGETALL', LEASE .. id), SEQ}
 `;
 
 /**
- * ARGV[3]: lease id; ARGV[4..]: the event context. Answers {'released', lease, seq}, {'expired',
- * lease, seq} (it had expired unnoticed: its expiry is what gets reported), {'notfound'}
- * (unknown, or already seen to end) or {'auditlost'}.
+ * The release script's body, after the prelude and a `wake_ended(l, now)` function: the plain
+ * release defines it to do nothing; the shared wait queue's release-and-wake (wait-scripts.ts)
+ * tells the waiters first in line in the same script, so that a release is one call.
  */
-export const RELEASE = `${PRELUDE}
-local id = ARGV[3]
+export const RELEASE_BODY = `local id = ARGV[3]
 events_from(4)
 if not events_ready() then return {'auditlost'} end
 local l = lease(id)
@@ -111,6 +110,7 @@ local now = clock(true)
 if not is_active(l, now) then
   record_event(stored(l), 'LeaseExpired')
   end_lease(l, l.exp, now)
+  wake_ended(l, now)
   return {'expired', redis.call('HGETALL', LEASE .. id), SEQ}
 end
 record_event(stored(l))
@@ -118,8 +118,18 @@ redis.call('HSET', LEASE .. id, 'rel', fmt(now))
 -- Out of the open indexes at once: the resource is free for the next grant. Still answerable
 -- (get, findNewerOverlapping) until retention forgets it.
 end_lease(l, now, now)
+wake_ended(l, now)
 return {'released', redis.call('HGETALL', LEASE .. id), SEQ}
 `;
+
+/**
+ * ARGV[3]: lease id; ARGV[4..]: the event context. Answers {'released', lease, seq}, {'expired',
+ * lease, seq} (it had expired unnoticed: its expiry is what gets reported), {'notfound'}
+ * (unknown, or already seen to end) or {'auditlost'}.
+ */
+export const RELEASE = `${PRELUDE}
+local function wake_ended(l, now) end
+${RELEASE_BODY}`;
 
 /**
  * ARGV[3]: the most leases to report at once; ARGV[4..]: the event context. Answers {'ok',

@@ -1,4 +1,4 @@
-import { ACQUIRE } from "./lease-scripts.js";
+import { ACQUIRE, RELEASE_BODY } from "./lease-scripts.js";
 import { PRELUDE } from "./prelude.js";
 
 /**
@@ -218,3 +218,16 @@ return redis.call('PUBLISH', P .. ':wake', ARGV[3])
 export const POOL_LEAVE = `${PRELUDE}
 return redis.call('HDEL', P .. ':pool:' .. ARGV[3], ARGV[4])
 `;
+
+/**
+ * The release script (lease-scripts.ts), with the same arguments and answers, that also tells
+ * the waiters now first in line for the ended lease's resource ('ended', as ENDED does) in the
+ * same atomic step: a release is one call to Redis, not a release and a wake-up after it.
+ */
+export const RELEASE_AND_WAKE = `${PRELUDE}${WAIT_LIB}
+local function wake_ended(l, now)
+  local kd, s = 'k', l.k
+  if s == nil then kd, s = 'p', l.p end
+  w_publish('ended', w_heads(l.b, kd, s, now, {}, {}), nil)
+end
+${RELEASE_BODY}`;
