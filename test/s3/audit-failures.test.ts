@@ -23,10 +23,20 @@ const probe = new Database(":memory:");
 const proto = Object.getPrototypeOf(probe.prepare("SELECT 1")) as StatementProto;
 probe.close();
 const originalRun = proto.run;
+/**
+ * The record an INSERT writes, from its positional parameters (time, time_ms, op, bucket, key,
+ * prefix, token, lease_id, owner, principal, decision, reason, highest_token, request_id,
+ * gateway: src/audit/embedded/embedded-audit-log.ts).
+ */
+const draftOf = (args: unknown[]): Draft => ({
+  op: args[2] as string,
+  decision: args[10] as string,
+  gateway: args[14] as string,
+});
 /** Which audit records fail to be written; null: none. */
 let failing: ((draft: Draft) => boolean) | null = null;
 proto.run = function run(this: { source: string }, ...args: unknown[]) {
-  if (failing && this.source.startsWith("INSERT INTO audit_records") && failing(args[0] as Draft)) {
+  if (failing && this.source.startsWith("INSERT INTO audit_records") && failing(draftOf(args))) {
     throw new Error("database or disk is full");
   }
   return originalRun.apply(this, args);
