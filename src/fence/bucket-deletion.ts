@@ -15,6 +15,33 @@ export const noWritesInFlight: InFlightWrites = async () => [];
  * This assumes the gateways' clocks run at about the same rate (not that they agree), as leases do.
  */
 export const BUCKET_STATE_TRUST_MS = 1_000;
+/**
+ * The buckets this process found live, each trusted as such for BUCKET_STATE_TRUST_MS from when
+ * the read that found it was sent (performance.now()); one per backend.
+ */
+export class BucketTrust {
+  private readonly liveUntil = new Map<string, number>();
+
+  /** A read sent at `sent` found the bucket live. */
+  trust(bucket: string, sent: number): void {
+    this.liveUntil.set(bucket, sent + BUCKET_STATE_TRUST_MS);
+  }
+
+  /** Whether a read sent less than BUCKET_STATE_TRUST_MS ago found the bucket live. */
+  trusted(bucket: string): boolean {
+    const until = this.liveUntil.get(bucket);
+    if (until === undefined) return false;
+    if (performance.now() < until) return true;
+    this.liveUntil.delete(bucket);
+    return false;
+  }
+
+  /** Forgets that the bucket was found live (a read found it otherwise, or this process changed it). */
+  distrust(bucket: string): void {
+    this.liveUntil.delete(bucket);
+  }
+}
+
 /** What a deletion waits after marking its bucket: the trust above, and a margin for clock rates. */
 export const BUCKET_MARK_WAIT_MS = Math.ceil(BUCKET_STATE_TRUST_MS * 1.5) + 50;
 

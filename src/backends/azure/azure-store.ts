@@ -1,7 +1,7 @@
 import type { BlobServiceClient, BlockBlobClient, ContainerClient } from "@azure/storage-blob";
 import { DomainError } from "../../core/errors.js";
 import { assertValidObjectKey } from "../../core/key-rules.js";
-import { BUCKET_STATE_TRUST_MS } from "../../fence/bucket-deletion.js";
+import { BucketTrust } from "../../fence/bucket-deletion.js";
 import type { BucketInfo } from "../storage-backend.js";
 import { AzureCalls } from "./azure-calls.js";
 import { azureStatus, isBlobNotFound, isContainerNotFound } from "./azure-errors.js";
@@ -41,7 +41,7 @@ export class AzureStore {
   readonly hints: { startFromHonoured?: boolean; stageFromUrl?: boolean } = {};
   private hnsDetected: Promise<boolean> | undefined;
   /** Containers a read found live (and their bucket marker live), until when that may be trusted. */
-  private readonly liveUntil = new Map<string, number>();
+  private readonly liveBuckets = new BucketTrust();
   /** The last state this process saw of each blob it committed or read (a commit's first basis). */
   private readonly last = new Map<string, BlobView>();
 
@@ -157,20 +157,16 @@ export class AzureStore {
    * that the bucket is live: its container and its deletion marker were read live.
    */
   trustLive(bucket: string, sent: number): void {
-    this.liveUntil.set(bucket, sent + BUCKET_STATE_TRUST_MS);
+    this.liveBuckets.trust(bucket, sent);
   }
 
   /** Whether reads sent less than BUCKET_STATE_TRUST_MS ago found the bucket live. */
   trustedLive(bucket: string): boolean {
-    const until = this.liveUntil.get(bucket);
-    if (until === undefined) return false;
-    if (performance.now() < until) return true;
-    this.liveUntil.delete(bucket);
-    return false;
+    return this.liveBuckets.trusted(bucket);
   }
 
   distrust(bucket: string): void {
-    this.liveUntil.delete(bucket);
+    this.liveBuckets.distrust(bucket);
   }
 
   /**

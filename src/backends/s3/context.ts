@@ -1,7 +1,7 @@
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
-import { BUCKET_STATE_TRUST_MS } from "../../fence/bucket-deletion.js";
+import { BucketTrust } from "../../fence/bucket-deletion.js";
 import { parseMarker } from "./bucket-marker.js";
 import type { CapabilityGate } from "./capability.js";
 import type { Layout } from "./layout.js";
@@ -32,7 +32,7 @@ export type Current = {
 export class S3Context {
   closed = false;
   /** Buckets a marker read found live, until when (performance.now()) that may be trusted. */
-  private readonly liveUntil = new Map<string, number>();
+  private readonly liveBuckets = new BucketTrust();
   /** Replaced blobs waiting to be removed, by bucket (removeReplaced). */
   private retired = new Map<string, Set<string>>();
   private retireTimer: NodeJS.Timeout | undefined;
@@ -69,25 +69,21 @@ export class S3Context {
     const sent = performance.now();
     const got = await this.store.getText(bucket, this.layout.deletedMarker, signal);
     if (got === null || parseMarker(got.text).phase === "live") {
-      this.liveUntil.set(bucket, sent + BUCKET_STATE_TRUST_MS);
+      this.liveBuckets.trust(bucket, sent);
     } else {
-      this.liveUntil.delete(bucket);
+      this.liveBuckets.distrust(bucket);
     }
     return got;
   }
 
   /** Whether a read sent less than BUCKET_STATE_TRUST_MS ago found the bucket live. */
   trustedLive(bucket: string): boolean {
-    const until = this.liveUntil.get(bucket);
-    if (until === undefined) return false;
-    if (performance.now() < until) return true;
-    this.liveUntil.delete(bucket);
-    return false;
+    return this.liveBuckets.trusted(bucket);
   }
 
   /** Forgets that the bucket was found live (this process changed its marker). */
   distrust(bucket: string): void {
-    this.liveUntil.delete(bucket);
+    this.liveBuckets.distrust(bucket);
   }
 
   /** NoSuchBucket unless the bucket exists and is not deleted for fencegate. */
