@@ -188,6 +188,12 @@ async function runSwaps<S>(
   const writeId = newWriteId();
   const write = isWrite(spec);
   const etag = needsEtag(spec, commit);
+  /** The object's state read from the store now, and the bucket checked after it (CasPort.checkBucket). */
+  const fresh = async (attempt: number): Promise<Observed> => {
+    const now = await port.read(ref, { attempt, etag });
+    if (write) await port.checkBucket(ref.bucket);
+    return now;
+  };
   // The fencing core's look before the body, when it is this object's, saves the first read.
   const early = commit?.early;
   let observed =
@@ -208,16 +214,14 @@ async function runSwaps<S>(
     } catch (e) {
       // A state this process remembered may be stale: a refusal is only decided on a fresh read.
       if (!observed.cached) throw e;
-      observed = await port.read(ref, { attempt, etag });
-      if (write) await port.checkBucket(ref.bucket);
+      observed = await fresh(attempt);
       attempt--;
       continue;
     }
     const { next, highestToken } = decided;
     // Nothing to write on a remembered state: the stored one may differ; decide on a fresh read.
     if (next === null && observed.cached) {
-      observed = await port.read(ref, { attempt, etag });
-      if (write) await port.checkBucket(ref.bucket);
+      observed = await fresh(attempt);
       attempt--;
       continue;
     }

@@ -1,6 +1,7 @@
 import type { BlobServiceClient, BlockBlobClient, ContainerClient } from "@azure/storage-blob";
 import { DomainError } from "../../core/errors.js";
 import { assertValidObjectKey } from "../../core/key-rules.js";
+import { LruMap } from "../../core/lru.js";
 import { BucketTrust } from "../../fence/bucket-deletion.js";
 import type { BucketInfo } from "../storage-backend.js";
 import { AzureCalls } from "./azure-calls.js";
@@ -43,7 +44,7 @@ export class AzureStore {
   /** Containers a read found live (and their bucket marker live), until when that may be trusted. */
   private readonly liveBuckets = new BucketTrust();
   /** The last state this process saw of each blob it committed or read (a commit's first basis). */
-  private readonly last = new Map<string, BlobView>();
+  private readonly last = new LruMap<BlobView>(LATEST_CAPACITY);
 
   constructor(
     private readonly client: Promise<AzureClient>,
@@ -174,24 +175,13 @@ export class AzureStore {
    * commit's first basis, whose conditional write names its ETag (a stale one fails with 412).
    */
   latest(bucket: string, name: string): BlobView | undefined {
-    const id = `${bucket}\n${name}`;
-    const hit = this.last.get(id);
-    if (hit !== undefined) {
-      this.last.delete(id);
-      this.last.set(id, hit);
-    }
-    return hit;
+    return this.last.get(`${bucket}\n${name}`);
   }
 
   remember(bucket: string, name: string, view: BlobView | null): void {
     const id = `${bucket}\n${name}`;
-    this.last.delete(id);
-    if (view === null || !view.exists || view.azureEtag === null) return;
-    this.last.set(id, view);
-    if (this.last.size > LATEST_CAPACITY) {
-      const oldest = this.last.keys().next().value;
-      if (oldest !== undefined) this.last.delete(oldest);
-    }
+    if (view === null || !view.exists || view.azureEtag === null) this.last.delete(id);
+    else this.last.set(id, view);
   }
 
   /** NoSuchBucket unless the bucket's container exists and is not marked deleted. */

@@ -1,3 +1,4 @@
+import { LruMap } from "../../core/lru.js";
 import type { SwapAnswer } from "../../fence/commit-port.js";
 import type { EtagCache } from "./etag-cache.js";
 import type { Layout } from "./layout.js";
@@ -18,7 +19,7 @@ const LATEST_CAPACITY = 10_000;
  * may start from it (`latest`), never a read that answers a client.
  */
 export class RecordStore {
-  private readonly last = new Map<string, ReadRecord>();
+  private readonly last = new LruMap<ReadRecord>(LATEST_CAPACITY);
 
   constructor(
     private readonly store: Store,
@@ -47,13 +48,7 @@ export class RecordStore {
    * longer the stored one. Only for a commit's first basis, whose conditional write names it.
    */
   latest(bucket: string, key: string): ReadRecord | undefined {
-    const id = `${bucket}\n${key}`;
-    const hit = this.last.get(id);
-    if (hit !== undefined) {
-      this.last.delete(id);
-      this.last.set(id, hit);
-    }
-    return hit;
+    return this.last.get(`${bucket}\n${key}`);
   }
 
   /** Forgets the key's last record (its conditional write was refused: it is stale). */
@@ -62,13 +57,7 @@ export class RecordStore {
   }
 
   private remember(bucket: string, read: ReadRecord): ReadRecord {
-    const id = `${bucket}\n${read.record.key}`;
-    this.last.delete(id);
-    this.last.set(id, read);
-    if (this.last.size > LATEST_CAPACITY) {
-      const oldest = this.last.keys().next().value;
-      if (oldest !== undefined) this.last.delete(oldest);
-    }
+    this.last.set(`${bucket}\n${read.record.key}`, read);
     return read;
   }
 
