@@ -2,6 +2,7 @@ import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } 
 import type { Duplex } from "node:stream";
 import { DomainError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
+import { LINGER_MS } from "./lingering-close.js";
 import { newRequestId } from "./request-id.js";
 
 /** A refusal rendered in the wire format of the endpoint a request was meant for. */
@@ -16,9 +17,6 @@ export type EdgeRenderer = (
   where: { target: string | undefined; host: string | undefined },
   requestId: string,
 ) => EdgeAnswer;
-
-/** How long a refused connection may linger after its answer before it is cut. */
-const LINGER_MS = 2_000;
 
 /**
  * Answers Node would otherwise produce by itself (a bare status line, no request id, or a

@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { DomainError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
 import type { EdgeRenderer } from "./edge-answers.js";
+import { lingerAfterEarlyAnswer } from "./lingering-close.js";
 import { newRequestId } from "./request-id.js";
 
 export type RequestListener = (req: IncomingMessage, res: ServerResponse) => unknown;
@@ -32,6 +33,7 @@ export function guardRequests(
   opts: { render: EdgeRenderer; maxHeadersCount: number; log: Logger },
 ): RequestListener {
   return (req, res) => {
+    lingerAfterEarlyAnswer(req, res);
     const problem = requestProblem(req, opts.maxHeadersCount);
     if (problem) {
       const requestId = newRequestId();

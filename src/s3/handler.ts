@@ -212,7 +212,7 @@ function clientGone(res: ServerResponse | undefined): AbortSignal {
 /**
  * The decoded body, started only when something reads it: until then the request is not
  * consumed, so a write refused before its body is needed neither asks an Expect: 100-continue
- * client for the body nor leaves it half-piped (Node discards an unread body after the answer).
+ * client for the body nor leaves it half-piped (the rest of an unread body is discarded after the answer: http/lingering-close.ts).
  */
 function decodeOnFirstRead(open: () => VerifiedBody): VerifiedBody {
   let settle!: { resolve: (d: Awaited<VerifiedBody["digest"]>) => void; reject: (e: unknown) => void };
