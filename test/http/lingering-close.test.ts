@@ -70,7 +70,7 @@ async function aclHead(extra: Record<string, string>): Promise<string> {
     headers: extra,
   });
   let head = `PUT ${req.path} HTTP/1.1\r\n`;
-  for (const [name, value] of Object.entries(req.headers)) head += `${name}: ${value}\r\n`;
+  for (const [name, value] of Object.entries(req.headers ?? {})) head += `${name}: ${value}\r\n`;
   return `${head}\r\n`;
 }
 
@@ -85,7 +85,7 @@ describe("lingering close", () => {
   it("a keep-alive client gets its answer and the connection serves the next request", async () => {
     const next = await signRequest(gw.url, { method: "GET", path: "/linger", query: { acl: "" } });
     let nextHead = `GET ${next.path} HTTP/1.1\r\n`;
-    for (const [name, value] of Object.entries(next.headers)) nextHead += `${name}: ${value}\r\n`;
+    for (const [name, value] of Object.entries(next.headers ?? {})) nextHead += `${name}: ${value}\r\n`;
     nextHead += "connection: close\r\n\r\n";
     const answer = await sendThenRead(await aclHead({}), Buffer.concat([BODY, Buffer.from(nextHead)]), 500);
     expect(answer.error).toBeUndefined();
