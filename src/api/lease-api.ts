@@ -15,6 +15,7 @@ import type { Keyring } from "../fence/tokens.js";
 import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js";
 import type { DelegateRecord } from "../leases/lease-store.js";
 import { Pools } from "../leases/pools.js";
+import type { Transactions } from "../transactions/transactions.js";
 import { toApiError } from "./errors.js";
 import { filterParam, leaseOwnerOf, leaseResourceOf } from "./lease-input.js";
 import { leaseView } from "./lease-view.js";
@@ -53,6 +54,8 @@ export type LeaseApiOptions = {
   pools?: Pools;
   /** GET /metrics: the Prometheus exposition, under its own access rules (src/metrics/endpoint.ts). */
   metrics?: (incoming: IncomingMessage) => Promise<Response>;
+  /** Fenced transactions (none: their endpoints answer NotImplemented). */
+  transactions?: Transactions;
 };
 
 /** The JSON lease API and health endpoint (contract: "Lease API"). */
@@ -70,6 +73,9 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   app.onError((err, c) => {
     const e = toApiError(err);
     if (c.env.summary) c.env.summary.code = String(e.body.error.code);
+    // A commit whose outcome is not known is never answered as refused.
+    if (err instanceof DomainError && err.details.outcome === "unknown")
+      c.header("x-fence-outcome", "unknown");
     return c.json(e.body, e.status as 400);
   });
   app.notFound((c) => {
@@ -193,6 +199,30 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   });
 
   app.get("/audit", async (c) => c.json(await opts.audit.query(auditQuery(c))));
+
+  // Fenced transactions: writes staged under a lease, visible all together at the commit or never.
+  const transactions = () => {
+    if (!opts.transactions)
+      throw new DomainError("NotImplemented", "this gateway does not offer fenced transactions");
+    return opts.transactions;
+  };
+  app.post("/leases/:leaseId/transactions", async (c) => {
+    if (c.get("body").length > 0) jsonBody(c);
+    const tx = await transactions().begin(c.req.param("leaseId"), caller(c));
+    noteLease(c.env.summary, { bucket: tx.bucket, leaseId: tx.leaseId, token: tx.token });
+    const { transactionId, leaseId, token, bucket, expiresAt } = tx;
+    return c.json({ transactionId, leaseId, token, bucket, expiresAt }, 201);
+  });
+  app.get("/transactions/:transactionId", async (c) =>
+    c.json(await transactions().describe(c.req.param("transactionId"), caller(c))),
+  );
+  app.post("/transactions/:transactionId/commit", async (c) =>
+    c.json(await transactions().commit(c.req.param("transactionId"), caller(c))),
+  );
+  app.delete("/transactions/:transactionId", async (c) => {
+    await transactions().abort(c.req.param("transactionId"), caller(c));
+    return c.body(null, 204);
+  });
 
   return app;
 }

@@ -36,6 +36,10 @@ export type AuditRecord = {
   highestToken: number | null;
   requestId: string | null;
   gateway: string; // instance id
+  /** The fenced transaction the record belongs to (absent otherwise). */
+  transactionId?: string | null;
+  /** The keys of a TransactionCommitted or TransactionAborted record (absent otherwise). */
+  keys?: string[] | null;
 };
 
 export type AuditDraft = Omit<AuditRecord, "seq" | "time" | "gateway"> & {

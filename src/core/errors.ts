@@ -20,6 +20,10 @@ export const DOMAIN_ERROR_CODES = [
   "LeaseNotFound",
   "LeaseLost",
   "LeaseStoreUnavailable",
+  // fenced transactions
+  "TransactionNotFound",
+  "TransactionAborted",
+  "TransactionCommitted",
   // authentication and authorization
   "AccessDenied",
   "InvalidAccessKeyId",

@@ -1,6 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { DomainError } from "../core/errors.js";
-import { applyFence, checkWriteConditions, type FencedCommit } from "./commit.js";
+import type { TxDomain } from "../core/tx.js";
+import {
+  applyFence,
+  checkWriteConditions,
+  type FencedCommit,
+  type StagedWrite,
+  type TransactionSink,
+} from "./commit.js";
 import type {
   CasPort,
   CommitPort,
@@ -94,6 +101,9 @@ export async function runCommit<S>(
       if (commit.signal.aborted) throw abandoned();
     }
     if (spec.op === "put") await spec.ready?.();
+    if (commit?.transaction && (spec.op === "put" || spec.op === "delete")) {
+      return await stage(port, ref, spec, commit, commit.transaction);
+    }
     return port.kind === "step"
       ? await runStep(port, ref, spec, commit)
       : await runSwaps(port, ref, spec, commit);
@@ -177,6 +187,79 @@ async function runStep<S>(
   });
   if (done.cleanup) await done.cleanup().catch(() => undefined);
   return { before: done.state, highestToken, wrote: done.wrote };
+}
+
+/**
+ * A write of a transaction: checked in one step like any write (the HCT rule and the conditions
+ * on the object as it is, the lease and the audit record through commit.atomic), nothing visible
+ * changed; the change is handed to the transaction, whose commit applies it. A put's staged
+ * version then belongs to the transaction (discarded by it if it never commits).
+ */
+async function stage<S>(
+  port: CommitPort<S>,
+  ref: ObjectRef,
+  spec: Extract<CommitSpec<S>, { op: "put" | "delete" }>,
+  commit: FencedCommit,
+  transaction: TransactionSink,
+): Promise<CommitResult> {
+  if (port.kind !== "step") {
+    throw new DomainError(
+      "NotImplemented",
+      "transactions need a backend that commits in atomic steps (the embedded filesystem backend); this bucket's backend does not offer them yet",
+    );
+  }
+  const checked = await runStep(port, ref, { op: "check", inStep: () => transaction.admit() }, commit);
+  transaction.stage({
+    ref,
+    port: port as StepPort<unknown>,
+    change: spec.op === "put" ? { op: "put", version: spec.version } : { op: "delete" },
+    commit,
+  });
+  return { ...checked, wrote: false };
+}
+
+/** What one staged write did in its transaction's commit. */
+export type AppliedWrite = {
+  ref: ObjectRef;
+  highestToken: number | null;
+  before: FenceState;
+  wrote: boolean;
+};
+
+/**
+ * A transaction's commit on a step backend: every staged write applied in ONE step of the
+ * domain, each with the decision of a single write (its token's HCT rule and its conditions on
+ * the object as it is now), then `inStep` (the lease check, the transaction's record, its audit
+ * record). Any refusal throws and the step changes nothing: all or none. Writes to the same
+ * object apply in the order given (the transaction keeps only the last one per key).
+ */
+export async function runTransactionStep(
+  domain: TxDomain,
+  writes: readonly StagedWrite[],
+  inStep: (applied: readonly AppliedWrite[]) => void,
+): Promise<AppliedWrite[]> {
+  const cleanups: Array<() => Promise<void>> = [];
+  const applied = await domain.run(() => {
+    cleanups.length = 0;
+    const out: AppliedWrite[] = [];
+    for (const w of writes) {
+      const writeId = newWriteId();
+      let highestToken: number | null = null;
+      const spec: CommitSpec<unknown> =
+        w.change.op === "put" ? { op: "put", version: w.change.version } : { op: "delete" };
+      const stepped = w.port.step(w.ref, true, (state) => {
+        const decided = decide(spec, state, w.commit, writeId);
+        highestToken = decided.highestToken;
+        return decided.next;
+      });
+      if (stepped.cleanup) cleanups.push(stepped.cleanup);
+      out.push({ ref: w.ref, highestToken, before: stepped.state, wrote: stepped.wrote });
+    }
+    inStep(out);
+    return out;
+  });
+  for (const cleanup of cleanups) await cleanup().catch(() => undefined);
+  return applied;
 }
 
 async function runSwaps<S>(

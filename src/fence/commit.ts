@@ -1,6 +1,6 @@
 import { DomainError, StaleTokenError } from "../core/errors.js";
 import { etagListMatches } from "../core/etag.js";
-import type { EarlyState } from "./commit-port.js";
+import type { EarlyState, ObjectRef, StepPort } from "./commit-port.js";
 
 /**
  * The commit contract: what the fencing core hands a storage backend for every write that
@@ -79,7 +79,35 @@ export type FencedCommit = {
    * a grant that fences the object later to record the write's outcome, once, in its place.
    */
   note?: string;
+  /**
+   * The write belongs to a fenced transaction (src/transactions/): the driver checks it like any
+   * write (the HCT rule, the conditions, the lease, its audit record) in one step and hands the
+   * staged change to the transaction instead of making it visible; the transaction's commit makes
+   * all its changes visible in one step (runTransactionStep in commit-driver.ts).
+   */
+  transaction?: TransactionSink;
 };
+
+/** A write staged in a transaction: what its commit will apply, through which port. */
+export type StagedWrite = {
+  ref: ObjectRef;
+  port: StepPort<unknown>;
+  change: { op: "put"; version: unknown } | { op: "delete" };
+  /** The write's own fencing: its token's HCT rule, its conditions and its note, checked again at commit. */
+  commit: FencedCommit;
+};
+
+/** Where a transaction's writes go instead of being committed one by one. */
+export interface TransactionSink {
+  readonly transactionId: string;
+  /**
+   * Inside the staging write's step, after its checks: throws (and the step changes nothing) when
+   * the transaction can no longer take writes.
+   */
+  admit(): void;
+  /** After the staging step: the write is kept for the commit (throws like admit()). */
+  stage(write: StagedWrite): void;
+}
 
 /**
  * The HCT rule of every backend, applied inside its atomic step to the object's current HCT

@@ -10,6 +10,7 @@ import {
   checkWriteConditions,
   type Fence,
   type FencedCommit,
+  type TransactionSink,
   type WriteConditions,
 } from "./commit.js";
 import { OutcomeUnknownError } from "./commit-driver.js";
@@ -32,7 +33,15 @@ export type WriteContext = {
   requestId: string;
   /** Aborted when the client goes away. */
   signal?: AbortSignal;
+  /** The fenced transaction the write joins (x-fence-transaction), if any. */
+  transactionId?: string | null;
 };
+
+/** How a write joins a fenced transaction (src/transactions/transactions.ts). */
+export interface TransactionJoin {
+  /** The transaction's sink, or the refusal (not found, ended, another lease or bucket). */
+  sinkFor(id: string, claims: { leaseId: string; token: number } | null, bucket: string): TransactionSink;
+}
 
 /** What the fencing core needs to know about the object before it reads a body. */
 export type ObjectWriteState = { highestToken: number | null; etag: string | null; early?: EarlyState };
@@ -88,6 +97,9 @@ export function wasAudited(err: unknown): boolean {
  *    not take is answered with 503, never as if it had been recorded.
  */
 export class WriteFencer {
+  /** Where writes that carry a transaction go; none: such writes are refused. */
+  transactions: TransactionJoin | undefined;
+
   constructor(private readonly opts: WriteFencerOptions) {}
 
   /** Which parts of the decision can run inside the atomic step of this bucket's backend. */
@@ -115,6 +127,9 @@ export class WriteFencer {
       const authorized = auth;
       const token = authorized.fenced ? authorized.claims.token : null;
       if (ctx.upload) assertUploadFence(ctx.upload, token === null ? null : { token });
+      const transaction = ctx.transactionId
+        ? this.joinTransaction(ctx.transactionId, ctx, authorized)
+        : undefined;
       if (token !== null && state.highestToken !== null && token < state.highestToken) {
         throw new StaleTokenError(token, state.highestToken);
       }
@@ -148,6 +163,7 @@ export class WriteFencer {
         }),
         signal: ctx.signal ?? new AbortController().signal,
         ...(state.early ? { early: state.early } : {}),
+        ...(transaction ? { transaction } : {}),
         prepare: async () => {
           if (joins.leases || !authorized.fenced) return;
           const { claims } = authorized;
@@ -253,6 +269,13 @@ export class WriteFencer {
   async inFlight(bucket: string): Promise<{ bucket: string; key: string }[]> {
     const intents = await this.opts.leases.intentsUnder({ bucket, prefix: "" });
     return intents.map(({ bucket: b, key }) => ({ bucket: b, key }));
+  }
+
+  private joinTransaction(id: string, ctx: WriteContext, auth: AuthorizedWrite): TransactionSink {
+    if (!this.transactions) {
+      throw new DomainError("NotImplemented", "this gateway does not offer fenced transactions");
+    }
+    return this.transactions.sinkFor(id, auth.fenced ? auth.claims : null, ctx.bucket);
   }
 
   /** Signature, scope and lease of a write, without committing anything. */
@@ -369,6 +392,7 @@ export class WriteFencer {
       owner: auth?.fenced ? auth.lease.owner : owner,
       principal: ctx.principal,
       requestId: ctx.requestId,
+      ...(ctx.transactionId ? { transactionId: ctx.transactionId } : {}),
       ...outcome,
     };
   }

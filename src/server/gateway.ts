@@ -39,6 +39,7 @@ import { bucketFromHost } from "../s3/addressing.js";
 import { s3EdgeAnswer } from "../s3/client-errors.js";
 import { type S3Env, s3Handler } from "../s3/handler.js";
 import { completedUploads } from "../s3/operations/completed-uploads.js";
+import { Transactions } from "../transactions/transactions.js";
 import { openComponents } from "./components.js";
 import { createHealth, type Dependency } from "./health.js";
 import { InFlight, type RawAnswer } from "./in-flight.js";
@@ -126,6 +127,16 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       waited: (outcome, seconds) => metrics.leaseWait(outcome, seconds),
     },
   });
+  // Fenced transactions: writes staged under a lease, committed together in one step.
+  const transactions = new Transactions({
+    leases,
+    store: leaseStore,
+    audit,
+    clock,
+    domainOf: (bucket) => backend.domainOf(bucket),
+    log: log.child({ component: "transactions" }),
+  });
+  fencer.transactions = transactions;
   wireMetrics(metrics, { leaseStore, audit, backends: components.backends.values(), leases });
   const apiOperation = apiOperations(openapi, API_BASE);
   // Without them (the lease store unreachable at start), delegates get 403 until they are re-issued.
@@ -189,6 +200,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     audit,
     authenticate: apiAuthenticator(authenticator),
     pools: new Pools(leases, config.pools),
+    transactions,
     metrics: (incoming) => metricsResponse(incoming),
     health: createHealth({
       dependencies: [
@@ -318,6 +330,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   const sweepMs = options.sweepMs ?? 1000;
   const sweeper = setInterval(() => {
     leases.sweepExpired().catch((err) => log.warn({ err }, "lease expiry sweep failed"));
+    transactions.sweep().catch((err) => log.warn({ err }, "transaction sweep failed"));
   }, sweepMs);
   sweeper.unref();
 
@@ -379,6 +392,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       await inFlight.cutOff(cutOffAnswer, Math.min(CUT_OFF_FLUSH_MS, left()));
     }
     server.closeAllConnections();
+    // Open transactions end with the process: aborted, their staged bytes removed, one record each.
+    await transactions
+      .close()
+      .catch((err: unknown) => log.warn({ err }, "aborting open transactions failed"));
     let timer: NodeJS.Timeout | undefined;
     const stores = components.close().then(
       () => true,
@@ -405,6 +422,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       await metricsListener?.close();
       consoleUi.close();
       outcomes.close();
+      if (boundMs === undefined) await transactions.close().catch(() => undefined);
       await (boundMs === undefined ? closeNow() : shutdown(boundMs));
     })();
     return closing;

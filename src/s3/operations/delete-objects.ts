@@ -3,7 +3,7 @@ import { assertValidObjectKey } from "../../core/key-rules.js";
 import { assertAllowed } from "../protocol/access.js";
 import type { S3Operation } from "../protocol/context.js";
 import { toS3Error } from "../protocol/errors.js";
-import { fenceTokenOf } from "../protocol/fence-token.js";
+import { fenceTokenOf, fenceTransactionOf } from "../protocol/fence-token.js";
 import { readBounded } from "../protocol/request-body.js";
 import type { XmlNode } from "../protocol/xml.js";
 import { children, malformed, parseXmlDocument, text } from "../protocol/xml-input.js";
@@ -30,6 +30,7 @@ export const deleteObjects: S3Operation = async (req, { backend, fencer, access 
   const bucket = bucketOf(req);
   await backend.headBucket(bucket);
   const tokenString = fenceTokenOf(req);
+  const transactionId = fenceTransactionOf(req);
   // Reading through the decoder verifies Content-MD5 or the x-amz-checksum-* header before anything is deleted.
   const decoded = req.decodeBody();
   const body = await readBounded(decoded.stream, MAX_BODY_BYTES);
@@ -46,6 +47,7 @@ export const deleteObjects: S3Operation = async (req, { backend, fencer, access 
         bucket,
         key,
         tokenString,
+        transactionId,
         principal: req.principal,
         requestId: req.requestId,
         signal: req.signal,

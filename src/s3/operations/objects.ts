@@ -4,7 +4,7 @@ import type { WriteContext } from "../../fence/write-fencer.js";
 import { checksumHeaders, requestedChecksumHeaders } from "../protocol/checksum-headers.js";
 import { evaluateReadConditions } from "../protocol/conditions.js";
 import { header, type S3Operation, type S3Request } from "../protocol/context.js";
-import { fenceTokenOf } from "../protocol/fence-token.js";
+import { fenceTokenOf, fenceTransactionOf } from "../protocol/fence-token.js";
 import { metadataFromRequest, objectResponseHeaders } from "../protocol/object-headers.js";
 import { parseRange } from "../protocol/range.js";
 import { requireDeclaredLength } from "../protocol/request-body.js";
@@ -49,6 +49,7 @@ export function writeContext(
     bucket: target.bucket,
     key: key ?? target.key,
     tokenString: fenceTokenOf(req),
+    transactionId: fenceTransactionOf(req),
     ...(conditions ? { conditions } : {}),
     principal: req.principal,
     requestId: req.requestId,

@@ -12,16 +12,42 @@ export const FENCE_TOKEN_QUERY = "x-fence-token";
  * the signature covers every query parameter). Two different tokens on one request are refused.
  */
 export function fenceTokenOf(req: Pick<S3Request, "headers" | "query">): string | null {
+  return carried(req, FENCE_TOKEN_HEADER, FENCE_TOKEN_META_HEADER, () => {
+    throw new DomainError("InvalidFencingToken", "the request carries more than one different fencing token");
+  });
+}
+
+export const FENCE_TRANSACTION_HEADER = "x-fence-transaction";
+export const FENCE_TRANSACTION_META_HEADER = "x-amz-meta-fence-transaction";
+
+/**
+ * The fenced transaction a request joins (a write) or reads in (a GET or HEAD): the
+ * x-fence-transaction header, the fence-transaction user metadata, or either as a query
+ * parameter (presigned URLs), as for the token. Two different ones are refused.
+ */
+export function fenceTransactionOf(req: Pick<S3Request, "headers" | "query">): string | null {
+  return carried(req, FENCE_TRANSACTION_HEADER, FENCE_TRANSACTION_META_HEADER, () => {
+    throw new DomainError("InvalidArgument", "the request names more than one different transaction", {
+      ArgumentName: FENCE_TRANSACTION_HEADER,
+    });
+  });
+}
+
+/** One value given as a header, a metadata header or either as a query parameter; `twice` refuses two. */
+function carried(
+  req: Pick<S3Request, "headers" | "query">,
+  name: string,
+  metaName: string,
+  twice: () => never,
+): string | null {
   const found = new Set<string>();
-  for (const v of [header(req, FENCE_TOKEN_HEADER), header(req, FENCE_TOKEN_META_HEADER)]) {
+  for (const v of [header(req, name), header(req, metaName)]) {
     if (v !== undefined) found.add(v.trim());
   }
-  for (const name of [FENCE_TOKEN_QUERY, FENCE_TOKEN_META_HEADER]) {
-    for (const v of req.query.getAll(name)) found.add(v.trim());
+  for (const q of [name, metaName]) {
+    for (const v of req.query.getAll(q)) found.add(v.trim());
   }
-  if (found.size > 1) {
-    throw new DomainError("InvalidFencingToken", "the request carries more than one different fencing token");
-  }
+  if (found.size > 1) twice();
   const [only] = found;
   return only === undefined ? null : only;
 }

@@ -3,7 +3,7 @@ import type { ObjectHeaders, ObjectInfo, ObjectMetadata } from "../../backends/s
 import { DomainError } from "../../core/errors.js";
 import { headerValue } from "../../http/sigv4/index.js";
 import type { S3Request } from "./context.js";
-import { FENCE_TOKEN_META_HEADER } from "./fence-token.js";
+import { FENCE_TOKEN_META_HEADER, FENCE_TRANSACTION_META_HEADER } from "./fence-token.js";
 import { decodeMetadataValue, encodeMetadataValue, metadataValueBytes } from "./metadata-encoding.js";
 
 const META_PREFIX = "x-amz-meta-";
@@ -22,7 +22,7 @@ const STANDARD: ReadonlyArray<[keyof ObjectHeaders, string]> = [
 /**
  * Object metadata from a write's headers and, for a presigned URL, its x-amz-meta-* query
  * parameters (where the AWS SDK presigner puts Metadata). Stored headers are kept byte for byte
- * as sent. The fence-token metadata is never stored.
+ * as sent. The fence-token and fence-transaction metadata are never stored.
  */
 export function metadataFromRequest(req: Pick<S3Request, "headers" | "query" | "presigned">): ObjectMetadata {
   const metadata = metadataFromHeaders(req.headers);
@@ -30,7 +30,7 @@ export function metadataFromRequest(req: Pick<S3Request, "headers" | "query" | "
   const fromQuery: Record<string, string> = {};
   for (const [name, value] of req.query) {
     const lower = name.toLowerCase();
-    if (!lower.startsWith(META_PREFIX) || lower === FENCE_TOKEN_META_HEADER) continue;
+    if (!lower.startsWith(META_PREFIX) || isFenceMetadata(lower)) continue;
     const short = lower.slice(META_PREFIX.length);
     if (short === "") {
       throw new DomainError("InvalidArgument", "A user metadata parameter needs a name after x-amz-meta-.", {
@@ -50,7 +50,11 @@ export function metadataFromRequest(req: Pick<S3Request, "headers" | "query" | "
   return { headers: metadata.headers, userMetadata };
 }
 
-/** Object metadata from a write's headers. The fence-token metadata header is never stored. */
+/** The metadata fencegate reads as instructions (a token, a transaction), never stored. */
+const isFenceMetadata = (name: string) =>
+  name === FENCE_TOKEN_META_HEADER || name === FENCE_TRANSACTION_META_HEADER;
+
+/** Object metadata from a write's headers. The fence-token and fence-transaction metadata are never stored. */
 export function metadataFromHeaders(headers: IncomingHttpHeaders): ObjectMetadata {
   const std: ObjectHeaders = {};
   for (const [field, name] of STANDARD) {
@@ -64,7 +68,7 @@ export function metadataFromHeaders(headers: IncomingHttpHeaders): ObjectMetadat
   }
   const userMetadata: Record<string, string> = {};
   for (const name of Object.keys(headers)) {
-    if (!name.startsWith(META_PREFIX) || name === FENCE_TOKEN_META_HEADER) continue;
+    if (!name.startsWith(META_PREFIX) || isFenceMetadata(name)) continue;
     const short = name.slice(META_PREFIX.length);
     if (short === "") {
       throw new DomainError("InvalidArgument", "A user metadata header needs a name after x-amz-meta-.", {

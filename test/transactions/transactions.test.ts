@@ -1,0 +1,250 @@
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestGateway, type TestGateway } from "../support/gateway.js";
+import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
+import { expectS3Error, objectPath, signedRequest } from "../support/signed-http.js";
+import { waitFor } from "../support/wait.js";
+import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
+
+checkLeaseApiResponses();
+
+/**
+ * Fenced transactions on the embedded default (filesystem backend, embedded lease store and
+ * audit log in one database): writes staged under a lease are invisible until the commit, which
+ * makes all of them visible in one step, or none.
+ */
+
+let gw: TestGateway;
+const bucket = "tx-jobs";
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+  await makeBucket(gw, bucket);
+});
+
+afterAll(async () => {
+  await gw?.stop();
+});
+
+function blobFiles(): string[] {
+  const out: string[] = [];
+  const walk = (dir: string) => {
+    for (const name of readdirSync(dir)) {
+      const p = join(dir, name);
+      if (statSync(p).isDirectory()) walk(p);
+      else out.push(p);
+    }
+  };
+  walk(join(gw.dataDir, "blobs"));
+  return out.sort();
+}
+
+describe("a transaction on the embedded default", () => {
+  it("stages writes invisibly and commits them all in one step", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "job1/", ttlMs: 30_000 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    expect(tx).toMatchObject({ leaseId: lease.leaseId, token: lease.token, bucket });
+    expect(tx.transactionId).toMatch(/^tx-[0-9a-f]{24}$/);
+
+    const big = "b".repeat(200_000); // a blob file, not an inline row
+    for (const [key, body] of [
+      ["job1/part-1", "one"],
+      ["job1/part-2", big],
+      ["job1/_SUCCESS", ""],
+    ] as const) {
+      const res = await putIn(gw, lease, tx.transactionId, bucket, key, body);
+      expect(res.status, res.text).toBe(200);
+    }
+    // Invisible to GET, HEAD and listings until the commit.
+    expect(await getBody(gw, bucket, "job1/part-1")).toBeNull();
+    const head = await signedRequest(gw.url, { method: "HEAD", path: objectPath(bucket, "job1/part-2") });
+    expect(head.status).toBe(404);
+    expect(await listKeys(gw, bucket)).toEqual([]);
+
+    const state = await api(gw, "GET", `/transactions/${tx.transactionId}`);
+    expect(state.status).toBe(200);
+    expect(state.json).toMatchObject({ state: "open", transactionId: tx.transactionId });
+    expect((state.json.objects as { key: string }[]).map((o) => o.key)).toEqual([
+      "job1/part-1",
+      "job1/part-2",
+      "job1/_SUCCESS",
+    ]);
+
+    const committed = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(committed.status, committed.text).toBe(200);
+    expect(committed.json).toMatchObject({ transactionId: tx.transactionId, token: lease.token });
+    expect(committed.json.objects).toEqual([
+      { key: "job1/part-1", etag: expect.stringMatching(/^"[0-9a-f]{32}"$/) },
+      { key: "job1/part-2", etag: expect.stringMatching(/^"[0-9a-f]{32}"$/) },
+      { key: "job1/_SUCCESS", etag: '"d41d8cd98f00b204e9800998ecf8427e"' },
+    ]);
+    expect(await getBody(gw, bucket, "job1/part-1")).toBe("one");
+    expect(await getBody(gw, bucket, "job1/part-2")).toBe(big);
+    expect((await listKeys(gw, bucket)).sort()).toEqual(["job1/_SUCCESS", "job1/part-1", "job1/part-2"]);
+
+    // A repeated commit answers the same; the state says committed.
+    const again = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(again.status).toBe(200);
+    expect(again.json).toEqual(committed.json);
+    expect((await api(gw, "GET", `/transactions/${tx.transactionId}`)).json).toMatchObject({
+      state: "committed",
+    });
+    // Committed: it takes no more writes, and cannot be aborted.
+    const late = await putIn(gw, lease, tx.transactionId, bucket, "job1/late", "x");
+    expectS3Error(late, "TransactionCommitted", 409);
+    expect((await api(gw, "DELETE", `/transactions/${tx.transactionId}`)).status).toBe(409);
+
+    // The objects carry the lease's token as their HCT: an older token is refused.
+    await gw.leases.release(lease.leaseId);
+  });
+
+  it("aborts: nothing becomes visible and the staged bytes are removed", async () => {
+    const before = blobFiles();
+    const lease = await gw.leases.acquire({ bucket, prefix: "job2/", ttlMs: 30_000 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "job2/a", "c".repeat(100_000))).status).toBe(
+      200,
+    );
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "job2/b", "small")).status).toBe(200);
+    expect(blobFiles().length).toBe(before.length + 1);
+    const aborted = await api(gw, "DELETE", `/transactions/${tx.transactionId}`);
+    expect(aborted.status).toBe(204);
+    expect(blobFiles()).toEqual(before);
+    expect(await getBody(gw, bucket, "job2/a")).toBeNull();
+    expect(await getBody(gw, bucket, "job2/b")).toBeNull();
+    const state = await api(gw, "GET", `/transactions/${tx.transactionId}`);
+    expect(state.json).toMatchObject({ state: "aborted", reason: "ClientAbort" });
+    const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status).toBe(409);
+    expect((commit.json.error as { code: string }).code).toBe("TransactionAborted");
+    await gw.leases.release(lease.leaseId);
+  });
+
+  it("a stale holder's transaction is refused whole once a newer lease wrote one of its keys", async () => {
+    const stale = await gw.leases.acquire({ bucket, prefix: "job3/", ttlMs: 600 });
+    const tx = await openTransaction(gw, stale.leaseId);
+    expect((await putIn(gw, stale, tx.transactionId, bucket, "job3/a", "stale a")).status).toBe(200);
+    expect((await putIn(gw, stale, tx.transactionId, bucket, "job3/b", "stale b")).status).toBe(200);
+    // The holder pauses; its lease expires, a newer holder takes the prefix and writes one key.
+    const newer = await gw.leases.acquire({ bucket, prefix: "job3/", ttlMs: 30_000, waitMs: 5_000 });
+    expect(newer.token).toBeGreaterThan(stale.token);
+    expect((await putIn(gw, newer, null, bucket, "job3/b", "newer b")).status).toBe(200);
+    const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status).toBe(409);
+    expect(["StaleFencingToken", "LeaseExpired"]).toContain((commit.json.error as { code: string }).code);
+    // Nothing of it is visible: a is absent, b is the newer holder's.
+    expect(await getBody(gw, bucket, "job3/a")).toBeNull();
+    expect(await getBody(gw, bucket, "job3/b")).toBe("newer b");
+    expect((await api(gw, "GET", `/transactions/${tx.transactionId}`)).json).toMatchObject({
+      state: "aborted",
+    });
+    await gw.leases.release(newer.leaseId);
+  });
+
+  it("a lease that ends aborts its open transaction", async () => {
+    const before = blobFiles();
+    const lease = await gw.leases.acquire({ bucket, prefix: "job4/", ttlMs: 30_000 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "job4/a", "d".repeat(100_000))).status).toBe(
+      200,
+    );
+    await gw.leases.release(lease.leaseId);
+    await waitFor(
+      async () => (await api(gw, "GET", `/transactions/${tx.transactionId}`)).json.state === "aborted",
+      { what: "the transaction aborted", timeoutMs: 5_000 },
+    );
+    expect(blobFiles()).toEqual(before);
+    expect(await getBody(gw, bucket, "job4/a")).toBeNull();
+  });
+
+  it("refuses a write whose token is not the transaction's lease, and one in another bucket", async () => {
+    await makeBucket(gw, "tx-other");
+    const lease = await gw.leases.acquire({ bucket, prefix: "job5/", ttlMs: 30_000 });
+    const other = await gw.leases.acquire({ bucket, prefix: "job6/", ttlMs: 30_000 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    expectS3Error(
+      await putIn(gw, other, tx.transactionId, bucket, "job6/x", "x"),
+      "FencingTokenScopeMismatch",
+      403,
+    );
+    const noToken = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "job5/x"),
+      body: "x",
+      headers: { "x-fence-transaction": tx.transactionId },
+    });
+    expect(noToken.status).toBe(428);
+    expectS3Error(
+      await putIn(gw, lease, "tx-000000000000000000000000", bucket, "job5/x", "x"),
+      "NoSuchTransaction",
+      404,
+    );
+    const unknown = await api(gw, "GET", "/transactions/tx-000000000000000000000000");
+    expect(unknown.status).toBe(404);
+    expect((unknown.json.error as { code: string }).code).toBe("TransactionNotFound");
+    expect(await getBody(gw, bucket, "job6/x")).toBeNull();
+    expect(await getBody(gw, bucket, "job5/x")).toBeNull();
+    await gw.leases.release(lease.leaseId);
+    await gw.leases.release(other.leaseId);
+  });
+
+  it("stages deletes and DeleteObjects, and the fence-transaction metadata is never stored", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "job7/", ttlMs: 30_000 });
+    for (const key of ["job7/old-1", "job7/old-2"]) {
+      expect((await putIn(gw, lease, null, bucket, key, "old")).status).toBe(200);
+    }
+    const tx = await openTransaction(gw, lease.leaseId);
+    const put = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "job7/new"),
+      body: "new",
+      headers: {
+        "x-amz-meta-fence-token": lease.fencingToken,
+        "x-amz-meta-fence-transaction": tx.transactionId,
+      },
+    });
+    expect(put.status, put.text).toBe(200);
+    const del = await signedRequest(gw.url, {
+      method: "DELETE",
+      path: objectPath(bucket, "job7/old-1"),
+      headers: { "x-fence-token": lease.fencingToken, "x-fence-transaction": tx.transactionId },
+    });
+    expect(del.status).toBe(204);
+    expect(await getBody(gw, bucket, "job7/old-1")).toBe("old");
+    const committed = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(committed.status, committed.text).toBe(200);
+    expect(committed.json.objects).toEqual([
+      { key: "job7/new", etag: expect.any(String) },
+      { key: "job7/old-1", deleted: true },
+    ]);
+    expect(await getBody(gw, bucket, "job7/old-1")).toBeNull();
+    expect(await getBody(gw, bucket, "job7/old-2")).toBe("old");
+    const head = await signedRequest(gw.url, { method: "HEAD", path: objectPath(bucket, "job7/new") });
+    expect(head.status).toBe(200);
+    expect(Object.keys(head.headers).filter((h) => h.startsWith("x-amz-meta-"))).toEqual([]);
+    await gw.leases.release(lease.leaseId);
+  });
+
+  it("records each staged write and the commit in the audit log, with the transaction id", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "job8/", ttlMs: 30_000 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "job8/a", "a")).status).toBe(200);
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "job8/b", "b")).status).toBe(200);
+    expect((await api(gw, "POST", `/transactions/${tx.transactionId}/commit`)).status).toBe(200);
+    const audit = await signedRequest(gw.url, {
+      method: "GET",
+      path: "/_fence/v1/audit",
+      query: { leaseId: lease.leaseId },
+    });
+    const records = (JSON.parse(audit.text) as { records: Array<Record<string, unknown>> }).records;
+    const mine = records.filter((r) => r.transactionId === tx.transactionId);
+    expect(mine.map((r) => [r.op, r.key, r.decision])).toEqual([
+      ["PutObject", "job8/a", "accepted"],
+      ["PutObject", "job8/b", "accepted"],
+      ["TransactionCommitted", null, "accepted"],
+    ]);
+    expect(mine[2]!.keys).toEqual(["job8/a", "job8/b"]);
+    await gw.leases.release(lease.leaseId);
+  });
+});
