@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
 import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { expectS3Error, objectPath, signedRequest } from "../support/signed-http.js";
-import { waitFor } from "../support/wait.js";
+import { sleep, waitFor } from "../support/wait.js";
 import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
 
 checkLeaseApiResponses();
@@ -140,6 +140,17 @@ describe("a transaction on the embedded default", () => {
       state: "aborted",
     });
     await gw.leases.release(newer.leaseId);
+  });
+
+  it("a commit after the lease expired is refused and nothing becomes visible", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "job9/", ttlMs: 500 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "job9/a", "late")).status).toBe(200);
+    await sleep(600);
+    const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status).toBe(409);
+    expect(["LeaseExpired", "TransactionAborted"]).toContain((commit.json.error as { code: string }).code);
+    expect(await getBody(gw, bucket, "job9/a")).toBeNull();
   });
 
   it("a lease that ends aborts its open transaction", async () => {
