@@ -1,3 +1,6 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { DuckDBInstance } from "@duckdb/node-api";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { AuditRecord } from "../../../src/audit/audit-log.js";
 import {
@@ -5,8 +8,9 @@ import {
   createRedisAuditLog,
   type RedisAuditLog,
 } from "../../../src/audit/redis/redis-audit-log.js";
+import { exportRecords } from "../../../src/cli/audit.js";
 import type { AuditQuery } from "../../../src/client/types.js";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { startTestGateway, type TestGateway, tempDir } from "../../support/gateway.js";
 import { checkedResponses, checkLeaseApiResponses } from "../../support/openapi-recorder.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { requireTools } from "../../support/tools.js";
@@ -83,5 +87,42 @@ describe("the audit API with transaction records", () => {
     // An empty parameter filters nothing, as for every other filter.
     expect((await audit({ transactionId: "" })).records).toEqual(records);
     expect(checkedResponses()).toBeGreaterThan(0);
+  });
+
+  it("exports a transaction's id and keys as columns of CSV and Parquet (the keys as JSON)", async () => {
+    const dir = tempDir("fencegate-audit-tx-export-");
+    const saved = process.env.FENCEGATE_ENDPOINT;
+    const stderr = process.stderr.write;
+    process.env.FENCEGATE_ENDPOINT = gw.url;
+    process.stderr.write = () => true; // "wrote N records"
+    try {
+      const files = { csv: join(dir.path, "a.csv"), parquet: join(dir.path, "a.parquet") };
+      for (const format of ["csv", "parquet"] as const) {
+        expect(await exportRecords({ format, out: files[format], bucket: "b" })).toBe(0);
+      }
+      expect(readFileSync(files.csv, "utf8").split("\n")[0]).toMatch(/,transactionId,keys$/);
+      const db = await DuckDBInstance.create(":memory:");
+      const conn = await db.connect();
+      const want = records.map((r) => ({
+        seq: String(r.seq),
+        transactionId: r.transactionId ?? null,
+        keys: r.keys === undefined ? null : JSON.stringify(r.keys),
+      }));
+      for (const reader of [
+        `read_parquet('${files.parquet}')`,
+        `read_csv('${files.csv}', header = true, all_varchar = true)`,
+      ]) {
+        const rows = await conn.runAndReadAll(
+          `select seq::varchar seq, "transactionId", "keys" from ${reader} order by seq::bigint`,
+        );
+        expect(rows.getRowObjectsJson()).toEqual(want);
+      }
+      conn.closeSync();
+    } finally {
+      process.stderr.write = stderr;
+      if (saved === undefined) delete process.env.FENCEGATE_ENDPOINT;
+      else process.env.FENCEGATE_ENDPOINT = saved;
+      dir.cleanup();
+    }
   });
 });
