@@ -105,8 +105,8 @@ local function audit_append(r)
   -- Index entries carry the record's seq: a filtered page reads its index after the cursor and
   -- fetches only the records it returns. Few values with many records each (bucket, decision,
   -- op) are streams with the log's ids, the most compact for long runs; many values with few
-  -- records each (key, lease prefix, lease, transaction) are sorted sets by seq, which cost bytes, not the
-  -- kilobytes of a stream's first node.
+  -- records each (key, lease prefix, lease, transaction) are sorted sets by seq, which cost
+  -- bytes, not the kilobytes of a stream's first node.
   local function stream_index(name, value)
     if value ~= nil then redis.call('XADD', A .. ':x:' .. name .. ':' .. value, id, 's', '') end
   end
