@@ -282,6 +282,7 @@ export function auditQuery(c: { req: { query(name: string): string | undefined }
     prefix: q("prefix"),
     leaseId: q("leaseId"),
     op: q("op"),
+    transactionId: q("transactionId"),
     decision: decision as AuditDecision | undefined,
     since: isoParam("since", q("since")),
     until: isoParam("until", q("until")),

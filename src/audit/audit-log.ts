@@ -36,17 +36,40 @@ export type AuditRecord = {
   highestToken: number | null;
   requestId: string | null;
   gateway: string; // instance id
-  /** The fenced transaction the record belongs to (absent otherwise). */
-  transactionId?: string | null;
-  /** The keys of a TransactionCommitted or TransactionAborted record (absent otherwise). */
-  keys?: string[] | null;
+  /**
+   * The fenced transaction the record belongs to (a staged write, or the transaction's own
+   * commit or abort). Absent, never null, on records outside a transaction.
+   */
+  transactionId?: string;
+  /**
+   * The keys a transaction's commit or abort (TransactionCommitted, TransactionAborted) covered,
+   * in the order it names them (at most 10,000 keys of at most 1,024 bytes each: the logs keep
+   * them as one JSON text, not indexed). Absent, never null, on other records.
+   */
+  keys?: string[];
 };
 
-export type AuditDraft = Omit<AuditRecord, "seq" | "time" | "gateway"> & {
+export type AuditDraft = Omit<AuditRecord, "seq" | "time" | "gateway" | "transactionId" | "keys"> & {
   time?: string;
   /** The gateway that made the decision, when another one records it (default: this one). */
   gateway?: string;
+  transactionId?: string | null;
+  keys?: readonly string[] | null;
 };
+
+/**
+ * A record's transaction fields from a draft's (or a stored row's): each present only when it
+ * is not null, so that a record outside a transaction has neither. The keys are a copy.
+ */
+export function transactionFields(
+  transactionId: string | null | undefined,
+  keys: readonly string[] | null | undefined,
+): Pick<AuditRecord, "transactionId" | "keys"> {
+  const out: Pick<AuditRecord, "transactionId" | "keys"> = {};
+  if (transactionId !== null && transactionId !== undefined) out.transactionId = transactionId;
+  if (keys !== null && keys !== undefined) out.keys = [...keys];
+  return out;
+}
 
 export type AuditQuery = {
   bucket?: string;
@@ -56,6 +79,8 @@ export type AuditQuery = {
   leaseId?: string;
   decision?: AuditDecision;
   op?: string;
+  /** Records of this fenced transaction (exact match). */
+  transactionId?: string;
   since?: string; // ISO 8601, inclusive
   until?: string; // ISO 8601, exclusive
   limit: number; // 1..1000

@@ -128,6 +128,7 @@ const EXPORT_FIELDS = [
   "requestId",
   "gateway",
   "transactionId",
+  "keys",
 ] as const;
 type Field = (typeof EXPORT_FIELDS)[number];
 const INTEGER_FIELDS = new Set<Field>(["seq", "token", "highestToken"]);
@@ -135,7 +136,8 @@ const INTEGER_FIELDS = new Set<Field>(["seq", "token", "highestToken"]);
 /**
  * `fencegate audit export`: every record of a range (the filters of `audit`) as NDJSON, CSV
  * (RFC 4180, a header line) or Parquet (typed columns: seq, token and highestToken INT64, time a
- * TIMESTAMP, the rest strings; nulls kept), to a file or stdout.
+ * TIMESTAMP, the rest strings, a transaction's keys as one JSON array; nulls kept), to a file or
+ * stdout.
  */
 export async function exportRecords(
   opts: Filters & { format: "ndjson" | "csv" | "parquet"; out?: string },
@@ -181,6 +183,7 @@ export async function exportRecords(
 }
 
 function field(r: AuditRecord, f: Field): unknown {
+  if (f === "keys") return r.keys === undefined ? null : JSON.stringify(r.keys);
   return (r as unknown as Record<string, unknown>)[f] ?? null;
 }
 

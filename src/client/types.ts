@@ -50,6 +50,10 @@ export type AuditRecord = {
   highestToken: number | null;
   requestId: string | null;
   gateway: string;
+  /** The fenced transaction the record belongs to; absent outside a transaction. */
+  transactionId?: string;
+  /** The keys of a transaction's commit or abort (TransactionCommitted, TransactionAborted). */
+  keys?: string[];
 };
 
 export type AuditQuery = {

@@ -352,6 +352,149 @@ export function describeAuditLogContract(name: string, factory: AuditLogFactory)
       });
     });
 
+    describe("transactions", () => {
+      const txKeys = ["logs/1", "logs/2", 'a,b "quoted"', "ünïcode/ключ"];
+      const committed = (fields: Partial<AuditDraft> = {}) =>
+        draft({
+          op: "TransactionCommitted",
+          key: null,
+          token: 5,
+          highestToken: null,
+          transactionId: "tx-1",
+          keys: txKeys,
+          ...fields,
+        });
+
+      /** The record a log must make of a draft: the draft's fields, transaction ones only when set. */
+      const expectedRecord = (d: AuditDraft, record: AuditRecord): AuditRecord => {
+        const { transactionId, keys, ...rest } = d;
+        return {
+          ...rest,
+          ...(transactionId != null ? { transactionId } : {}),
+          ...(keys != null ? { keys: [...keys] } : {}),
+          seq: record.seq,
+          time: record.time,
+          gateway: record.gateway,
+        };
+      };
+
+      it("appends a record with its transaction and keys, and queries answer them", async () => {
+        const staged = draft({ transactionId: "tx-1", requestId: "put-1" });
+        const commit = committed();
+        const [a, b] = await appendAll([staged, commit]);
+        expect(a).toEqual(expectedRecord(staged, a!));
+        expect(a).toHaveProperty("transactionId", "tx-1");
+        expect(a).not.toHaveProperty("keys");
+        expect(b).toEqual(expectedRecord(commit, b!));
+        expect(b!.keys).toEqual(txKeys);
+        expect(await all()).toEqual([a, b]);
+      });
+
+      it("leaves both fields out of a record without them, null or absent in the draft", async () => {
+        const [absent, nulls] = await appendAll([
+          draft({ requestId: "absent" }),
+          draft({ requestId: "nulls", transactionId: null, keys: null }),
+        ]);
+        for (const record of [absent!, nulls!, ...(await all())]) {
+          expect(record).not.toHaveProperty("transactionId");
+          expect(record).not.toHaveProperty("keys");
+        }
+        expect(Object.keys(absent!).sort()).toEqual(
+          ["seq", "time", "gateway", ...Object.keys(draft())].sort(),
+        );
+      });
+
+      it("keeps an empty key list, and an abort with its keys", async () => {
+        const [empty, aborted] = await appendAll([
+          committed({ transactionId: "tx-empty", keys: [] }),
+          committed({ op: "TransactionAborted", transactionId: "tx-2", keys: ["only"] }),
+        ]);
+        expect(empty!.keys).toEqual([]);
+        expect(aborted).toMatchObject({ op: "TransactionAborted", transactionId: "tx-2", keys: ["only"] });
+        expect(await all()).toEqual([empty, aborted]);
+      });
+
+      it("keeps a transaction of the largest size: 10,000 keys of 1,024 bytes", async () => {
+        const keys = Array.from(
+          { length: 10_000 },
+          (_, i) => `${String(i).padStart(5, "0")}/${"x".repeat(1018)}`,
+        );
+        expect(keys.every((k) => Buffer.byteLength(k) === 1024)).toBe(true);
+        const record = await log.append(committed({ transactionId: "tx-big", keys }));
+        expect(record.keys).toEqual(keys);
+        const [found] = await all({ transactionId: "tx-big" });
+        expect(found!.keys).toHaveLength(10_000);
+        expect(found).toEqual(record);
+      });
+
+      it("copies the keys: changing the draft's after the append changes nothing in the log", async () => {
+        const keys = ["k1", "k2"];
+        const record = await log.append(committed({ keys }));
+        keys.push("k3");
+        record.keys!.push("k4");
+        expect((await all())[0]!.keys).toEqual(["k1", "k2"]);
+      });
+
+      it("appends a transaction's record once, with its fields", async () => {
+        const commit = committed();
+        expect(await log.appendOnce(commit, "tx-1 commit")).toBe(true);
+        expect(await log.appendOnce(committed({ keys: ["other"] }), "tx-1 commit")).toBe(false);
+        const records = await all();
+        expect(records).toHaveLength(1);
+        expect(records[0]).toEqual(expectedRecord(commit, records[0]!));
+      });
+
+      it("appends a transaction's record in a step, with its fields", async (ctx) => {
+        ctx.skip(!log.domain, NO_DOMAIN);
+        const commit = committed();
+        const record = await log.domain!.run(() => log.appendInStep!(commit));
+        expect(record).toEqual(expectedRecord(commit, record));
+        expect(await all()).toEqual([record]);
+        expect(await all({ transactionId: "tx-1" })).toEqual([record]);
+      });
+
+      it("filters by transaction, exactly, alone and with other filters, page by page", async () => {
+        const records = await appendAll([
+          draft({ transactionId: "tx-1", key: "logs/1", requestId: "p1" }),
+          draft({ key: "logs/1", requestId: "plain" }),
+          draft({ transactionId: "tx-10", key: "logs/2", requestId: "p2" }),
+          draft({ transactionId: "tx-1", key: "logs/2", op: "DeleteObject", requestId: "p3" }),
+          draft({ transactionId: "tx-1", key: "logs/3", decision: "rejected", reason: "StaleFencingToken" }),
+          committed(),
+          committed({ transactionId: "tx-10", keys: ["logs/2"] }),
+        ]);
+        const pick = (...indexes: number[]) => indexes.map((i) => records[i]);
+        expect(await all({ transactionId: "tx-1" })).toEqual(pick(0, 3, 4, 5));
+        expect(await all({ transactionId: "tx-10" })).toEqual(pick(2, 6));
+        // Exact: neither a prefix of an id nor a key of the transaction matches.
+        expect(await all({ transactionId: "tx" })).toEqual([]);
+        expect(await all({ transactionId: "logs/1" })).toEqual([]);
+        expect(await all({ transactionId: "tx-1", op: "TransactionCommitted" })).toEqual(pick(5));
+        expect(await all({ transactionId: "tx-1", key: "logs/2" })).toEqual(pick(3));
+        expect(await all({ transactionId: "tx-1", decision: "rejected" })).toEqual(pick(4));
+        expect(await all({ transactionId: "tx-1", prefix: "logs/" })).toEqual(pick(0, 3, 4));
+        expect(await all({ transactionId: "tx-10", since: records[3]!.time })).toEqual(pick(6));
+        const walked: AuditRecord[] = [];
+        let cursor: string | undefined;
+        for (let pages = 0; pages < 10; pages++) {
+          const page = await log.query({ transactionId: "tx-1", limit: 1, ...(cursor ? { cursor } : {}) });
+          walked.push(...page.records);
+          if (!page.nextCursor) break;
+          cursor = page.nextCursor;
+        }
+        expect(walked).toEqual(pick(0, 3, 4, 5));
+      });
+
+      it("keeps the fields across a restart", async (ctx) => {
+        ctx.skip(!harness.reopen, NO_RESTART);
+        const before = await appendAll([draft({ requestId: "plain" }), committed()]);
+        log = await harness.reopen!();
+        expect(await all()).toEqual(before);
+        expect(await all({ transactionId: "tx-1" })).toEqual([before[1]]);
+        expect(before[0]).not.toHaveProperty("transactionId");
+      });
+    });
+
     it("answers ping", async () => {
       await expect(log.ping()).resolves.toBeUndefined();
     });

@@ -8,6 +8,7 @@ import {
   type AuditRecord,
   DEFAULT_AUDIT_LIMIT,
   MAX_AUDIT_LIMIT,
+  transactionFields,
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "./cursor.js";
 import { createAuditPlanner, type EqualColumn, type PlannedFilters } from "./query-plan.js";
@@ -39,13 +40,16 @@ type AuditRow = {
   highest_token: number | null;
   request_id: string | null;
   gateway: string;
+  transaction_id: string | null;
+  /** A JSON array of strings. */
+  transaction_keys: string | null;
 };
 
 /** How long the key of a record appended once is kept: longer than a write's outcome stays unsettled. */
 const ONCE_KEPT_MS = 3 * 24 * 3600_000;
 
 const COLUMNS =
-  "seq, time, op, bucket, key, prefix, token, lease_id, owner, principal, decision, reason, highest_token, request_id, gateway";
+  "seq, time, op, bucket, key, prefix, token, lease_id, owner, principal, decision, reason, highest_token, request_id, gateway, transaction_id, transaction_keys";
 
 /**
  * The audit log kept in the gateway's own SQLite file. append is one step of the database's
@@ -66,10 +70,11 @@ export function createEmbeddedAuditLog({
   const domain = embeddedDomain(db);
 
   // Positional parameters: binding them costs less than looking each name up on an object.
+  // Columns added later come last, so that the earlier ones keep their positions.
   const insert = db.prepare(
     `INSERT INTO audit_records (time, time_ms, op, bucket, key, prefix, token, lease_id, owner, principal,
-       decision, reason, highest_token, request_id, gateway)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+       decision, reason, highest_token, request_id, gateway, transaction_id, transaction_keys)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
   );
   const ping = db.prepare("SELECT 1");
   const claimOnce = db.prepare<[string, number]>(
@@ -114,6 +119,7 @@ export function createEmbeddedAuditLog({
       highestToken: draft.highestToken ?? null,
       requestId: draft.requestId ?? null,
       gateway: draft.gateway ?? gatewayId,
+      ...transactionFields(draft.transactionId, draft.keys),
     };
     const { lastInsertRowid } = insert.run(
       record.time,
@@ -131,6 +137,8 @@ export function createEmbeddedAuditLog({
       record.highestToken,
       record.requestId,
       record.gateway,
+      record.transactionId ?? null,
+      record.keys === undefined ? null : JSON.stringify(record.keys),
     );
     if (timeMs < latestTime && timesOrdered) {
       markUnordered.run();
@@ -171,6 +179,7 @@ export function createEmbeddedAuditLog({
       add("lease_id", query.leaseId);
       add("decision", query.decision);
       add("op", query.op);
+      add("transaction_id", query.transactionId);
       const limit = clampLimit(query.limit);
       const filters: PlannedFilters = {
         equal,
@@ -222,6 +231,10 @@ function toRecord(row: AuditRow): AuditRecord {
     highestToken: row.highest_token,
     requestId: row.request_id,
     gateway: row.gateway,
+    ...transactionFields(
+      row.transaction_id,
+      row.transaction_keys === null ? null : (JSON.parse(row.transaction_keys) as string[]),
+    ),
   };
 }
 

@@ -28,7 +28,7 @@ export type PlannedFilters = {
   after: number;
 };
 
-export type EqualColumn = "bucket" | "key" | "lease_id" | "op" | "decision";
+export type EqualColumn = "bucket" | "key" | "lease_id" | "op" | "decision" | "transaction_id";
 
 const EQUAL_INDEX: Record<EqualColumn, string> = {
   bucket: "audit_records_bucket",
@@ -36,6 +36,7 @@ const EQUAL_INDEX: Record<EqualColumn, string> = {
   lease_id: "audit_records_lease",
   op: "audit_records_op",
   decision: "audit_records_decision",
+  transaction_id: "audit_records_transaction",
 };
 
 export type Planned = { sql: string; params: Record<string, string | number> };

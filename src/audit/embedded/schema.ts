@@ -25,8 +25,29 @@ const RECORDS_TABLE = `CREATE TABLE IF NOT EXISTS audit_records (
   reason TEXT,
   highest_token INTEGER,
   request_id TEXT,
-  gateway TEXT NOT NULL
+  gateway TEXT NOT NULL,
+  transaction_id TEXT,
+  transaction_keys TEXT
 );`;
+
+/**
+ * Columns added after the first release, each nullable (rows from before read as null):
+ * the fenced transaction of a record, and the keys of a transaction's commit or abort (a JSON
+ * array of strings, not indexed).
+ */
+const ADDED_COLUMNS: ReadonlyArray<[name: string, type: string]> = [
+  ["transaction_id", "TEXT"],
+  ["transaction_keys", "TEXT"],
+];
+
+/**
+ * Made after ADDED_COLUMNS exist. Partial: records outside a transaction (most of them) cost it
+ * nothing.
+ */
+const ADDED_INDEXES = `
+CREATE INDEX IF NOT EXISTS audit_records_transaction ON audit_records (transaction_id, seq)
+  WHERE transaction_id IS NOT NULL;
+`;
 
 const DDL = `
 ${RECORDS_TABLE}
@@ -59,6 +80,16 @@ export function migrateAuditTables(db: EmbeddedDb): void {
   db.transaction(() => {
     allowUnknownDecisions(db);
     db.exec(DDL);
+    const columns = new Set(
+      db
+        .prepare<[], { name: string }>("PRAGMA table_info(audit_records)")
+        .all()
+        .map((c) => c.name),
+    );
+    for (const [name, type] of ADDED_COLUMNS) {
+      if (!columns.has(name)) db.exec(`ALTER TABLE audit_records ADD COLUMN ${name} ${type}`);
+    }
+    db.exec(ADDED_INDEXES);
     // Once per data directory (written before audit_meta existed, or new): are the times in
     // seq order? Adjacent pairs suffice: a sequence never steps back iff no step does.
     const known = db.prepare("SELECT value FROM audit_meta WHERE name = 'times_ordered'").get();
@@ -78,7 +109,8 @@ export function migrateAuditTables(db: EmbeddedDb): void {
  * Data directories written before writes could have an unknown outcome: their audit_records
  * table only allows 'accepted' and 'rejected'. SQLite cannot change a CHECK constraint in place,
  * so the table is rebuilt once with the same rows and seqs (and the AUTOINCREMENT high-water
- * mark, so that a seq is still never reused); the indexes are made again by the DDL.
+ * mark, so that a seq is still never reused); the indexes are made again by the DDL. The old
+ * table's own columns are copied (it has none of ADDED_COLUMNS: they came later).
  */
 function allowUnknownDecisions(db: EmbeddedDb): void {
   const table = db
@@ -91,7 +123,12 @@ function allowUnknownDecisions(db: EmbeddedDb): void {
     .prepare<[], { seq: number }>("SELECT seq FROM sqlite_sequence WHERE name = 'audit_records'")
     .get();
   db.exec(RECORDS_TABLE.replace("audit_records (", "audit_records_next ("));
-  db.exec("INSERT INTO audit_records_next SELECT * FROM audit_records");
+  const columns = db
+    .prepare<[], { name: string }>("PRAGMA table_info(audit_records)")
+    .all()
+    .map((c) => c.name)
+    .join(", ");
+  db.exec(`INSERT INTO audit_records_next (${columns}) SELECT ${columns} FROM audit_records`);
   db.exec("DROP TABLE audit_records");
   db.exec("ALTER TABLE audit_records_next RENAME TO audit_records");
   if (high) {

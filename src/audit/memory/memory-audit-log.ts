@@ -8,6 +8,7 @@ import {
   type AuditRecord,
   DEFAULT_AUDIT_LIMIT,
   MAX_AUDIT_LIMIT,
+  transactionFields,
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
 
@@ -66,6 +67,7 @@ export function createMemoryAuditLog({
       highestToken: draft.highestToken ?? null,
       requestId: draft.requestId ?? null,
       gateway: draft.gateway ?? gatewayId,
+      ...transactionFields(draft.transactionId, draft.keys),
     };
     const stored = { record, timeMs };
     records.push(stored);
@@ -76,7 +78,7 @@ export function createMemoryAuditLog({
       if (at >= 0) records.splice(at, 1);
       lastSeq = seqBefore;
     });
-    return { ...record };
+    return copy(record);
   };
 
   return {
@@ -110,7 +112,7 @@ export function createMemoryAuditLog({
         const stored = records[i]!;
         if (matches(stored)) found.push(stored.record);
       }
-      const page = found.slice(0, limit).map((record) => ({ ...record }));
+      const page = found.slice(0, limit).map(copy);
       const last = page.at(-1);
       return { records: page, nextCursor: found.length > limit && last ? encodeCursor(last.seq) : null };
     },
@@ -136,6 +138,7 @@ function matcher(query: AuditQuery): (stored: Stored) => boolean {
   equal("leaseId", query.leaseId);
   equal("decision", query.decision);
   equal("op", query.op);
+  equal("transactionId", query.transactionId);
   const { prefix } = query;
   // An empty prefix filters nothing, as in the embedded log.
   if (prefix) {
@@ -150,6 +153,11 @@ function matcher(query: AuditQuery): (stored: Stored) => boolean {
     tests.push(({ timeMs }) => timeMs < until);
   }
   return (stored) => tests.every((test) => test(stored));
+}
+
+/** A record to hand out: changing it (its keys included) changes nothing in the log. */
+function copy(record: AuditRecord): AuditRecord {
+  return record.keys === undefined ? { ...record } : { ...record, keys: [...record.keys] };
 }
 
 /** The position of the first record with a seq above `seq`. */

@@ -16,8 +16,8 @@
  *                       order for every replica, see below);
  * - `P:a:x:<f>:<value>` one index per filter value: streams with the log's ids and no payload
  *                       for b bucket, d decision, o op; sorted sets of seqs (score = member =
- *                       seq) for k key, p lease prefix, l lease. A filtered page reads only its
- *                       own index;
+ *                       seq) for k key, p lease prefix, l lease, tx transaction. A filtered page
+ *                       reads only its own index (the keys of a transaction, `ks`, have none);
  * - `P:a:n:k`, `P:a:n:p` every key and every lease prefix that has an index (sorted by bytes):
  *                       a prefix filter finds its indexes with one range read;
  * - `P:a:last`          the latest record time (ms), and `h` in each record: the latest time of
@@ -45,12 +45,23 @@ export const AUDIT_FIELDS = [
   "ht",
   "rq",
   "gw",
+  // Added later (records from before have neither): the fenced transaction, and the keys of a
+  // transaction's commit or abort as one JSON array.
+  "tx",
+  "ks",
 ] as const;
 
 export type AuditField = (typeof AUDIT_FIELDS)[number];
 
 /** The query filter -> the index name (`P:a:x:<name>:<value>`). */
-export const AUDIT_INDEXES = { bucket: "b", key: "k", leaseId: "l", decision: "d", op: "o" } as const;
+export const AUDIT_INDEXES = {
+  bucket: "b",
+  key: "k",
+  leaseId: "l",
+  decision: "d",
+  op: "o",
+  transactionId: "tx",
+} as const;
 
 /** The key prefix used when the configuration names none (the hash tag keeps one slot). */
 export const DEFAULT_REDIS_KEY_PREFIX = "{fencegate}";
@@ -94,8 +105,8 @@ local function audit_append(r)
   -- Index entries carry the record's seq: a filtered page reads its index after the cursor and
   -- fetches only the records it returns. Few values with many records each (bucket, decision,
   -- op) are streams with the log's ids, the most compact for long runs; many values with few
-  -- records each (key, lease prefix, lease) are sorted sets by seq, which cost bytes, not the
-  -- kilobytes of a stream's first node.
+  -- records each (key, lease prefix, lease, transaction) are sorted sets by seq, which cost
+  -- bytes, not the kilobytes of a stream's first node.
   local function stream_index(name, value)
     if value ~= nil then redis.call('XADD', A .. ':x:' .. name .. ':' .. value, id, 's', '') end
   end
@@ -109,6 +120,7 @@ local function audit_append(r)
   set_index('k', r.k)
   set_index('p', r.p)
   set_index('l', r.lid)
+  set_index('tx', r.tx)
   -- Keys and lease prefixes by name, for prefix filters.
   if r.k ~= nil then redis.call('ZADD', A .. ':n:k', 0, r.k) end
   if r.p ~= nil then redis.call('ZADD', A .. ':n:p', 0, r.p) end

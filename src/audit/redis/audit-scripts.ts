@@ -64,7 +64,7 @@ if ARGV[5] ~= '' then untl = tonumber(ARGV[5]) end
 local prefix = nil
 if ARGV[6] ~= '' then prefix = ARGV[6] end
 -- The record field each index name filters on.
-local FIELD = {b = 'b', k = 'k', l = 'lid', d = 'd', o = 'op'}
+local FIELD = {b = 'b', k = 'k', l = 'lid', d = 'd', o = 'op', tx = 'tx'}
 local eq = {}
 for i = 7, #ARGV, 2 do eq[#eq + 1] = {ARGV[i], ARGV[i + 1]} end
 -- More names than this under a prefix: reading their indexes side by side costs more
@@ -73,7 +73,7 @@ local MAX_MERGE = 256
 
 local function seq_of(id) return tonumber(string.sub(id, 3)) end
 -- Indexes that are sorted sets of seqs; the others are streams with the log's ids.
-local ZSET = {k = true, p = true, l = true}
+local ZSET = {k = true, p = true, l = true, tx = true}
 local function index_len(ix)
   if ZSET[ix[1]] then return redis.call('ZCARD', ix[2]) end
   return redis.call('XLEN', ix[2])
@@ -296,7 +296,7 @@ local last = tonumber(ARGV[2])
 -- gateways racing for the same records register one segment, never two overlapping ones.
 if tonumber(redis.call('GET', A .. ':archived') or '0') ~= expected then return 0 end
 -- The indexes holding the records being moved, read from the records themselves.
-local INDEX = {b = 'b', k = 'k', p = 'p', lid = 'l', d = 'd', op = 'o'}
+local INDEX = {b = 'b', k = 'k', p = 'p', lid = 'l', d = 'd', op = 'o', tx = 'tx'}
 local keys = {}
 local pos = expected
 while true do
@@ -319,7 +319,7 @@ local min = '0-' .. string.format('%.0f', last + 1)
 redis.call('XTRIM', A, 'MINID', min)
 for key, what in pairs(keys) do
   local left
-  if what[1] == 'k' or what[1] == 'p' or what[1] == 'l' then
+  if what[1] == 'k' or what[1] == 'p' or what[1] == 'l' or what[1] == 'tx' then
     -- A sorted set of seqs; Redis deletes it when it becomes empty.
     redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%.0f', last))
     left = redis.call('ZCARD', key)

@@ -1,5 +1,5 @@
 import { DomainError } from "../../core/errors.js";
-import type { AuditDraft, AuditQuery, AuditRecord } from "../audit-log.js";
+import { type AuditDraft, type AuditQuery, type AuditRecord, transactionFields } from "../audit-log.js";
 import type { AuditField } from "./audit-lua.js";
 
 /** A draft as the stream fields the append script takes (field, value, ...); null fields left out. */
@@ -19,6 +19,8 @@ export function draftFields(draft: AuditDraft, timeMs: number, gatewayId: string
     ht: draft.highestToken === null ? null : String(draft.highestToken),
     rq: draft.requestId,
     gw: draft.gateway ?? gatewayId,
+    tx: draft.transactionId,
+    ks: draft.keys === null || draft.keys === undefined ? null : JSON.stringify(draft.keys),
   };
   const out: string[] = [];
   for (const [name, value] of Object.entries(fields)) {
@@ -27,7 +29,10 @@ export function draftFields(draft: AuditDraft, timeMs: number, gatewayId: string
   return out;
 }
 
-/** A record from its stream id (`0-<seq>`) and fields (a flat name, value list). */
+/**
+ * A record from its stream id (`0-<seq>`) and fields (a flat name, value list). Entries written
+ * before records carried a transaction have no `tx` or `ks`: their records have neither field.
+ */
 export function recordFrom(id: string, flat: readonly string[]): AuditRecord {
   const f = new Map<string, string>();
   for (let i = 0; i + 1 < flat.length; i += 2) f.set(flat[i]!, flat[i + 1]!);
@@ -52,6 +57,7 @@ export function recordFrom(id: string, flat: readonly string[]): AuditRecord {
     highestToken: num("ht"),
     requestId: text("rq"),
     gateway: f.get("gw") ?? "",
+    ...transactionFields(text("tx"), keysOf(text("ks"))),
   };
 }
 
@@ -77,6 +83,7 @@ export function parseFilters(query: AuditQuery): ParsedFilters {
   if (query.leaseId !== undefined) equal.push(["leaseId", query.leaseId]);
   if (query.decision !== undefined) equal.push(["decision", query.decision]);
   if (query.op !== undefined) equal.push(["op", query.op]);
+  if (query.transactionId !== undefined) equal.push(["transactionId", query.transactionId]);
   return {
     equal,
     // An empty prefix filters nothing, as in the other logs.
@@ -96,6 +103,10 @@ export function matches(f: ParsedFilters, record: AuditRecord): boolean {
   if (f.sinceMs !== undefined && t < f.sinceMs) return false;
   if (f.untilMs !== undefined && t >= f.untilMs) return false;
   return true;
+}
+
+function keysOf(stored: string | null): string[] | null {
+  return stored === null ? null : (JSON.parse(stored) as string[]);
 }
 
 function decisionOf(stored: string | undefined): AuditRecord["decision"] {

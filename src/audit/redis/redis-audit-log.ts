@@ -9,6 +9,7 @@ import {
   type AuditRecord,
   DEFAULT_AUDIT_LIMIT,
   MAX_AUDIT_LIMIT,
+  transactionFields,
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
 import { AUDIT_INDEXES, DEFAULT_REDIS_KEY_PREFIX } from "./audit-lua.js";
@@ -256,6 +257,7 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
         highestToken: draft.highestToken ?? null,
         requestId: draft.requestId ?? null,
         gateway: gatewayId,
+        ...transactionFields(draft.transactionId, draft.keys),
       };
     },
 
@@ -297,6 +299,7 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
       index(AUDIT_INDEXES.leaseId, query.leaseId);
       index(AUDIT_INDEXES.decision, query.decision);
       index(AUDIT_INDEXES.op, query.op);
+      index(AUDIT_INDEXES.transactionId, query.transactionId);
       const reply = (await QUERY.run(redis, [prefix], args).catch(unavailable)) as [
         "full" | "end" | "budget",
         number,

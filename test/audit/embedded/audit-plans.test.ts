@@ -37,6 +37,7 @@ function expected(records: AuditRecord[], q: Omit<AuditQuery, "limit" | "cursor"
       (q.leaseId === undefined || r.leaseId === q.leaseId) &&
       (q.decision === undefined || r.decision === q.decision) &&
       (q.op === undefined || r.op === q.op) &&
+      (q.transactionId === undefined || r.transactionId === q.transactionId) &&
       (!q.prefix || (r.key ?? "").startsWith(q.prefix) || r.prefix?.startsWith(q.prefix)) &&
       (since === undefined || Date.parse(r.time) >= since) &&
       (until === undefined || Date.parse(r.time) < until),
@@ -74,6 +75,8 @@ describe("embedded audit queries agree with their definition on every plan", () 
                 leaseId: random() < 0.2 ? null : `L${Math.floor(random() * 30)}`,
                 decision: random() < 0.1 ? "rejected" : "accepted",
                 requestId: `r${i}`,
+                ...(random() < 0.3 ? { transactionId: `T${Math.floor(random() * 8)}` } : {}),
+                ...(random() < 0.1 ? { keys: [pick(KEYS), pick(KEYS)] } : {}),
               }),
             );
           }
@@ -93,6 +96,7 @@ describe("embedded audit queries agree with their definition on every plan", () 
             if (random() < 0.2) q.leaseId = `L${Math.floor(random() * 30)}`;
             if (random() < 0.2) q.decision = random() < 0.5 ? "rejected" : "accepted";
             if (random() < 0.3) q.op = pick(OPS);
+            if (random() < 0.2) q.transactionId = `T${Math.floor(random() * 9)}`;
             if (random() < 0.3) q.since = pick(times);
             if (random() < 0.3) q.until = pick(times);
             queries.push(q);
@@ -136,8 +140,8 @@ describe("embedded audit query plans over many records", () => {
     db = openEmbeddedDb({ dataDir: dir.path, trace: (sql) => tracing && traced.push(sql) });
     log = createEmbeddedAuditLog({ db, gatewayId: "gw", clock: fakeClock() });
     const insert = db.prepare(
-      `INSERT INTO audit_records (time, time_ms, op, bucket, key, prefix, token, lease_id, decision, gateway)
-       VALUES (@time, @timeMs, @op, @bucket, @key, @prefix, 1, @leaseId, @decision, 'gw')`,
+      `INSERT INTO audit_records (time, time_ms, op, bucket, key, prefix, token, lease_id, decision, gateway, transaction_id)
+       VALUES (@time, @timeMs, @op, @bucket, @key, @prefix, 1, @leaseId, @decision, 'gw', @transactionId)`,
     );
     db.transaction(() => {
       for (let i = 0; i < N; i++) {
@@ -151,6 +155,8 @@ describe("embedded audit query plans over many records", () => {
           prefix: i % 7 === 0 ? `p/${i % 100}/` : null,
           leaseId: `L${i % 20000}`,
           decision: i % 400 === 0 ? "rejected" : "accepted",
+          // A transaction of three writes every 30 records.
+          transactionId: i % 30 < 3 ? `T${Math.floor(i / 30)}` : null,
         });
       }
     })();
@@ -209,6 +215,7 @@ describe("embedded audit query plans over many records", () => {
     ["acceptances", { decision: "accepted" }, PK],
     ["a rare op", { op: "LeaseExpired" }, index("op", "op=\\? AND seq>\\?")],
     ["a common op", { op: "PutObject" }, PK],
+    ["a transaction", { transactionId: "T1234" }, index("transaction", "transaction_id=\\? AND seq>\\?")],
     ["since", { since: at(N - 500) }, PK],
     ["until", { until: at(300) }, PK_RANGE],
     ["a time window", { since: at(30_000), until: at(30_500) }, PK_RANGE],
@@ -271,10 +278,106 @@ describe("an audit log from before the planner", () => {
           .all()
           .map((r) => (r as { name: string }).name);
         expect(indexes).not.toContain("audit_records_bucket_key");
+        expect(indexes).toContain("audit_records_transaction");
+        // The rebuilt table has the columns that came later: its old rows have none of them.
+        const old = await log.query({ limit: 10 });
+        expect(old.records).toHaveLength(4);
+        for (const r of old.records) expect(r).not.toHaveProperty("transactionId");
+        const record = await log.append(
+          draft({ op: "TransactionCommitted", transactionId: "T", keys: ["k"] }),
+        );
+        expect(record.seq).toBe(5);
+        expect((await log.query({ limit: 10, transactionId: "T" })).records).toEqual([record]);
       } finally {
         db.close();
         dir.cleanup();
       }
     });
   }
+});
+
+describe("an audit log from before transactions", () => {
+  it("gains the transaction columns and their index, keeping its rows and seqs", async () => {
+    const dir = tempDir("fencegate-audit-pretx-");
+    let db = openEmbeddedDb({ dataDir: dir.path });
+    try {
+      // The table, its indexes and audit_meta as they were just before transactions.
+      db.exec(`
+        CREATE TABLE audit_records (seq INTEGER PRIMARY KEY AUTOINCREMENT, time TEXT NOT NULL, time_ms INTEGER NOT NULL,
+          op TEXT NOT NULL, bucket TEXT, key TEXT, prefix TEXT, token INTEGER, lease_id TEXT, owner TEXT, principal TEXT,
+          decision TEXT NOT NULL CHECK (decision IN ('accepted', 'rejected', 'unknown')), reason TEXT,
+          highest_token INTEGER, request_id TEXT, gateway TEXT NOT NULL);
+        CREATE INDEX audit_records_op ON audit_records (op, seq);
+        CREATE TABLE audit_meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+        INSERT INTO audit_meta (name, value) VALUES ('times_ordered', 1);
+      `);
+      const insert = db.prepare(
+        "INSERT INTO audit_records (time, time_ms, op, bucket, key, decision, gateway) VALUES (?, ?, 'PutObject', 'b', ?, 'unknown', 'gw')",
+      );
+      for (const [t, key] of [
+        [1000, "a"],
+        [2000, "b"],
+      ] as const)
+        insert.run(new Date(t).toISOString(), t, key);
+      // A seq given out and deleted since: never given out again.
+      db.prepare("DELETE FROM audit_records WHERE seq = 2").run();
+      db.close();
+
+      db = openEmbeddedDb({ dataDir: dir.path });
+      const clock = fakeClock(5000);
+      const log = createEmbeddedAuditLog({ db, gatewayId: "gw", clock });
+      const columns = db
+        .prepare<[], { name: string }>("PRAGMA table_info(audit_records)")
+        .all()
+        .map((c) => c.name);
+      expect(columns.slice(-2)).toEqual(["transaction_id", "transaction_keys"]);
+      const [before] = (await log.query({ limit: 10 })).records;
+      expect(before).toEqual({
+        seq: 1,
+        time: new Date(1000).toISOString(),
+        op: "PutObject",
+        bucket: "b",
+        key: "a",
+        prefix: null,
+        token: null,
+        leaseId: null,
+        owner: null,
+        principal: null,
+        decision: "unknown",
+        reason: null,
+        highestToken: null,
+        requestId: null,
+        gateway: "gw",
+      });
+      const staged = await log.append(draft({ transactionId: "T1" }));
+      const commit = await log.append(
+        draft({ op: "TransactionCommitted", key: null, transactionId: "T1", keys: ["k", "k2"] }),
+      );
+      expect(staged.seq).toBe(3);
+      expect((await log.query({ limit: 10 })).records).toEqual([before, staged, commit]);
+      expect((await log.query({ limit: 10, transactionId: "T1" })).records).toEqual([staged, commit]);
+      const plan = db
+        .prepare(
+          "EXPLAIN QUERY PLAN SELECT seq FROM audit_records INDEXED BY audit_records_transaction WHERE transaction_id = 'T1' AND seq > 0 ORDER BY seq",
+        )
+        .all()
+        .map((r) => (r as { detail: string }).detail);
+      expect(plan.join("; ")).toMatch(
+        /USING (COVERING )?INDEX audit_records_transaction \(transaction_id=\? AND seq>\?\)/,
+      );
+      // The keys are one JSON text; the index holds only records of a transaction.
+      expect(
+        db.prepare("SELECT transaction_keys AS k FROM audit_records WHERE seq = ?").get(commit.seq),
+      ).toEqual({ k: '["k","k2"]' });
+      db.close();
+
+      // Opening it again changes nothing.
+      db = openEmbeddedDb({ dataDir: dir.path });
+      const again = createEmbeddedAuditLog({ db, gatewayId: "gw", clock });
+      expect((await again.query({ limit: 10 })).records).toEqual([before, staged, commit]);
+    } finally {
+      db.close();
+      dir.cleanup();
+    }
+  });
 });

@@ -6,6 +6,7 @@ import type { AuditLog, AuditQuery, AuditRecord } from "../../../src/audit/audit
 import { encodeCursor } from "../../../src/audit/embedded/cursor.js";
 import { createDirArchiveStore } from "../../../src/audit/redis/archive-store.js";
 import { AUDIT_APPEND_LUA } from "../../../src/audit/redis/audit-lua.js";
+import { APPEND } from "../../../src/audit/redis/audit-scripts.js";
 import { LuaScript } from "../../../src/audit/redis/lua-script.js";
 import {
   connectRedis,
@@ -306,6 +307,83 @@ return audit_append({t = ARGV[3], op = 'LeaseAcquired', b = 'b', p = 'logs/', to
     expect((await log.query({ prefix: "logs", op: "LeaseAcquired", limit: 10 })).records).toEqual([event]);
   });
 
+  describe("transactions", () => {
+    it("decodes entries written before records carried a transaction, next to ones that do", async () => {
+      const prefix = freshPrefix();
+      const log = await replica(prefix, "gw-1");
+      const redis = await connectRedis(server.url);
+      opened.push({ close: async () => void redis.disconnect() });
+      const at = Date.UTC(2026, 5, 1);
+      // An entry as a gateway from before transactions appended it: none of the new fields.
+      const oldSeq = Number(
+        await APPEND.run(
+          redis,
+          [prefix],
+          ["t", at, "op", "PutObject", "b", "b", "k", "old", "d", "accepted", "gw", "gw-old"],
+        ),
+      );
+      const staged = await log.append(draft({ transactionId: "T1", key: "new" }));
+      const commit = await log.append(
+        draft({ op: "TransactionCommitted", key: null, transactionId: "T1", keys: ["new", "a,b"] }),
+      );
+      const old = {
+        seq: oldSeq,
+        time: new Date(at).toISOString(),
+        op: "PutObject",
+        bucket: "b",
+        key: "old",
+        prefix: null,
+        token: null,
+        leaseId: null,
+        owner: null,
+        principal: null,
+        decision: "accepted",
+        reason: null,
+        highestToken: null,
+        requestId: null,
+        gateway: "gw-old",
+      };
+      expect((await log.query({ limit: 10 })).records).toEqual([old, staged, commit]);
+      expect((await log.query({ limit: 10, transactionId: "T1" })).records).toEqual([staged, commit]);
+      // In the stream: the id as it is, the keys as one JSON text, and nothing for a field not set.
+      const entries = (await redis.xrange(`${prefix}:a`, "-", "+")) as Array<[string, string[]]>;
+      const fields = entries.map(([, f]) =>
+        Object.fromEntries(f.flatMap((v, i) => (i % 2 ? [] : [[v, f[i + 1]]]))),
+      );
+      expect(fields.map((f) => [f.tx, f.ks])).toEqual([
+        [undefined, undefined],
+        ["T1", undefined],
+        ["T1", '["new","a,b"]'],
+      ]);
+      // One index per transaction, a sorted set of its seqs; the keys have none.
+      expect(await redis.type(`${prefix}:a:x:tx:T1`)).toBe("zset");
+      expect(await redis.zrange(`${prefix}:a:x:tx:T1`, 0, -1)).toEqual([
+        String(staged.seq),
+        String(commit.seq),
+      ]);
+      expect(await redis.keys(`${prefix}:a:x:*new*`)).toEqual([`${prefix}:a:x:k:new`]);
+    });
+
+    it("reads a transaction's records from its index, however many records are around them", async () => {
+      const log = await replica(freshPrefix(), "gw-1", { queryBudget: 25 });
+      const written: AuditRecord[] = [];
+      for (let i = 0; i < 400; i++) {
+        written.push(
+          await log.append(draft({ requestId: `r${i}`, ...(i % 97 === 50 ? { transactionId: "T" } : {}) })),
+        );
+      }
+      const mine = written.filter((r) => r.transactionId === "T");
+      expect(mine).toHaveLength(4);
+      // One page, within a budget that a read of the log itself would have exhausted long before.
+      expect(await log.query({ transactionId: "T", limit: 10 })).toEqual({ records: mine, nextCursor: null });
+      expect(await log.query({ transactionId: "T", op: "PutObject", limit: 10 })).toEqual({
+        records: mine,
+        nextCursor: null,
+      });
+      expect(await log.query({ transactionId: "U", limit: 10 })).toEqual({ records: [], nextCursor: null });
+    });
+  });
+
   it("keeps tokens up to 2^53 exact", async () => {
     const log = await replica(freshPrefix(), "gw-1");
     const big = 2 ** 53 - 1;
@@ -484,6 +562,56 @@ return audit_append({t = ARGV[3], op = 'LeaseAcquired', b = 'b', p = 'logs/', to
       const blind = await replica(prefix, "gw-3", { clock });
       await expect(blind.query({ limit: 10 })).rejects.toMatchObject({ code: "ServiceUnavailable" });
       expect((await blind.query({ limit: 10, cursor: encodeCursor(18) })).records).toEqual(written.slice(18));
+    });
+
+    it("moves a transaction's records with their fields, and its index once none of them is left", async () => {
+      const { log, other, clock, dir, prefix } = await archived();
+      const written: AuditRecord[] = [];
+      for (let i = 0; i < 40; i++) {
+        const tx = i < 34 ? `T${i % 3}` : "T-late";
+        written.push(
+          await log.append(
+            i % 5 === 4
+              ? draft({
+                  op: "TransactionCommitted",
+                  key: null,
+                  transactionId: tx,
+                  keys: [`k/${i}`, `k/${i + 1}`],
+                })
+              : draft({ key: `k/${i}`, ...(i % 2 ? { transactionId: tx } : {}) }),
+          ),
+        );
+        clock.advance(1_000);
+      }
+      const byTx = (tx: string) => written.filter((r) => r.transactionId === tx);
+      expect(await log.archiveNow()).toBe(30);
+      const redis = await connectRedis(server.url);
+      opened.push({ close: async () => void redis.disconnect() });
+      // Seqs up to 30 moved: T1 keeps its later record in its index, T2 had none after 30 (its
+      // index is gone), T-late's are all still there.
+      expect(await redis.zrange(`${prefix}:a:x:tx:T1`, 0, -1)).toEqual(["32"]);
+      expect(await redis.exists(`${prefix}:a:x:tx:T2`)).toBe(0);
+      expect(await redis.zcard(`${prefix}:a:x:tx:T-late`)).toBe(byTx("T-late").length);
+      // The segments hold the records as the log answers them: the fields only where set.
+      const files = await createDirArchiveStore(dir).list();
+      const lines = (await Promise.all(files.map((f) => readFile(join(dir, f), "utf8"))))
+        .join("")
+        .trim()
+        .split("\n")
+        .map((l) => JSON.parse(l) as AuditRecord)
+        .sort((a, b) => a.seq - b.seq);
+      expect(lines).toEqual(written.slice(0, 30));
+      expect(lines.filter((r) => !("transactionId" in r)).length).toBeGreaterThan(0);
+      expect(lines.some((r) => "keys" in r && !r.op.startsWith("Transaction"))).toBe(false);
+      for (const reader of [log, other]) {
+        for (const tx of ["T0", "T1", "T2", "T-late"]) {
+          expect(await walk(reader, { transactionId: tx, limit: 2 })).toEqual(byTx(tx));
+        }
+        expect(await walk(reader, { transactionId: "T1", op: "TransactionCommitted", limit: 1 })).toEqual(
+          byTx("T1").filter((r) => r.op === "TransactionCommitted"),
+        );
+        expect(await walk(reader, { limit: 7 })).toEqual(written);
+      }
     });
 
     it("lets one replica move each record once when several archive at the same time", async () => {
