@@ -349,6 +349,11 @@ export interface StorageBackend extends BackendCapabilities {
     signal?: AbortSignal,
   ): Promise<GetObjectResult>;
   listObjects(input: ListInput): Promise<ListResult>;
+  /**
+   * Step backends: the bytes and description of a version staged by a write of a fenced
+   * transaction (StagedWrite.change.version), for a read inside that transaction.
+   */
+  readStaged?(bucket: string, key: string, version: unknown, range?: RangeRequest): Promise<GetObjectResult>;
 
   /** The HCT of an object, live or deleted; null when no fenced write ever reached it. */
   highestToken(bucket: string, key: string): Promise<number | null>;

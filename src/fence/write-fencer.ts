@@ -10,6 +10,7 @@ import {
   checkWriteConditions,
   type Fence,
   type FencedCommit,
+  type StagedWrite,
   type TransactionSink,
   type WriteConditions,
 } from "./commit.js";
@@ -40,7 +41,22 @@ export type WriteContext = {
 /** How a write joins a fenced transaction (src/transactions/transactions.ts). */
 export interface TransactionJoin {
   /** The transaction's sink, or the refusal (not found, ended, another lease or bucket). */
-  sinkFor(id: string, claims: { leaseId: string; token: number } | null, bucket: string): TransactionSink;
+  sinkFor(
+    id: string,
+    claims: { leaseId: string; token: number } | null,
+    bucket: string,
+    key: string,
+  ): TransactionSink;
+  /**
+   * What a read carrying the transaction sees of a key: its staged write, or null (nothing
+   * staged there, or the transaction is no longer open: the read sees what any read sees).
+   */
+  stagedRead(
+    id: string,
+    bucket: string,
+    key: string,
+    caller: { principal: string | null; requestId: string | null },
+  ): StagedWrite | null;
 }
 
 /** What the fencing core needs to know about the object before it reads a body. */
@@ -275,7 +291,7 @@ export class WriteFencer {
     if (!this.transactions) {
       throw new DomainError("NotImplemented", "this gateway does not offer fenced transactions");
     }
-    return this.transactions.sinkFor(id, auth.fenced ? auth.claims : null, ctx.bucket);
+    return this.transactions.sinkFor(id, auth.fenced ? auth.claims : null, ctx.bucket, ctx.key);
   }
 
   /** Signature, scope and lease of a write, without committing anything. */

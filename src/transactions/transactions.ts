@@ -5,7 +5,7 @@ import { DomainError, isDomainError } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
 import type { TxDomain } from "../core/tx.js";
 import type { StagedWrite, TransactionSink } from "../fence/commit.js";
-import { type AppliedWrite, runTransactionStep } from "../fence/commit-driver.js";
+import { runTransactionStep } from "../fence/commit-driver.js";
 import { judgeLease, type LeaseClaims, leaseState, resourceOf } from "../leases/lease-rules.js";
 import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { CommitIntent, LeaseRecord, LeaseStore } from "../leases/lease-store.js";
@@ -147,7 +147,12 @@ export class Transactions {
    * The sink a write joins: the transaction must be open, its lease the one the write's token
    * names, and the write in its bucket. Throws the refusal otherwise.
    */
-  sinkFor(id: string, claims: { leaseId: string; token: number } | null, bucket: string): TransactionSink {
+  sinkFor(
+    id: string,
+    claims: { leaseId: string; token: number } | null,
+    bucket: string,
+    key: string,
+  ): TransactionSink {
     const tx = this.open.get(id);
     if (!tx) throw notFound(id);
     if (claims === null) {
@@ -176,7 +181,7 @@ export class Transactions {
       admit: () => this.assertOpen(tx),
       stage: (write) => {
         this.assertOpen(tx);
-        const previous = tx.staged.get(write.ref.key);
+        const previous = tx.staged.get(key);
         if (!previous && tx.staged.size >= this.limits.maxObjects) {
           throw new DomainError(
             "InvalidRequest",
@@ -184,7 +189,7 @@ export class Transactions {
             { transactionId: id },
           );
         }
-        tx.staged.set(write.ref.key, write);
+        tx.staged.set(key, write);
         // The same key written again in the transaction: its earlier bytes will never be committed.
         if (previous) discard(previous);
       },
@@ -259,12 +264,12 @@ export class Transactions {
         if (writes.length === 0) this.judge(claims, await store.get(claims.leaseId));
       }
       let recorded = false;
-      await runTransactionStep(tx.domain, writes, (applied) => {
+      await runTransactionStep(tx.domain, writes, () => {
         if (leaseInStep) {
           const reads = store.inDomain!;
           judgeLease(claims, reads.get(claims.leaseId), clock(), (l) => reads.findNewerOverlapping(l));
         }
-        result = answerOf(tx, writes, applied);
+        result = { transactionId: tx.id, token: tx.lease.token, objects: objectsOf(tx.staged) };
         if (auditInStep) {
           audit.appendInStep!(this.record(tx, "TransactionCommitted", caller, "accepted", null));
           recorded = true;
@@ -384,7 +389,7 @@ export class Transactions {
       bucket: tx.lease.bucket,
       state,
       expiresAt: new Date(tx.lease.expiresAt).toISOString(),
-      objects: tx.result?.objects ?? [...tx.staged.values()].map(objectOf),
+      objects: tx.result?.objects ?? objectsOf(tx.staged),
       ...(tx.reason !== undefined ? { reason: tx.reason } : {}),
     };
   }
@@ -402,25 +407,26 @@ export class Transactions {
     }
   }
 
-  /** The staged write of a key in an open transaction, for a read that carries the transaction. */
-  stagedRead(id: string, bucket: string, key: string): StagedWrite | null | undefined {
-    const tx = this.open.get(id);
-    if (tx?.state !== "open" || tx.lease.bucket !== bucket) return undefined;
+  /**
+   * What a read that carries the transaction sees of a key: its staged write (a put's version or
+   * a delete), null when the transaction staged nothing there or is no longer open (the read then
+   * sees what any read sees). TransactionNotFound for an unknown transaction; AccessDenied for a
+   * caller that does not act for its lease.
+   */
+  stagedRead(id: string, bucket: string, key: string, caller: Caller): StagedWrite | null {
+    const tx = this.find(id, caller);
+    if (tx.state !== "open" || tx.lease.bucket !== bucket) return null;
     return tx.staged.get(key) ?? null;
   }
 }
 
-function objectOf(w: StagedWrite): TransactionObject {
-  if (w.change.op === "delete") return { key: w.ref.key, deleted: true };
-  return { key: w.ref.key, etag: String((w.change.version as { etag?: string }).etag ?? "") };
-}
-
-function answerOf(
-  tx: Transaction,
-  writes: readonly StagedWrite[],
-  _applied: readonly AppliedWrite[],
-): CommitAnswer {
-  return { transactionId: tx.id, token: tx.lease.token, objects: writes.map(objectOf) };
+/** The objects of a transaction by the gateway's key (a staged write's ref is the backend's). */
+function objectsOf(staged: ReadonlyMap<string, StagedWrite>): TransactionObject[] {
+  return [...staged].map(([key, w]) =>
+    w.change.op === "delete"
+      ? { key, deleted: true as const }
+      : { key, etag: String((w.change.version as { etag?: string }).etag ?? "") },
+  );
 }
 
 async function discard(w: StagedWrite): Promise<void> {
@@ -444,7 +450,7 @@ function aborted(tx: Transaction): DomainError {
   );
 }
 
-/** A transaction id: "tx-" and 24 hex digits, the first 12 the millisecond time. */
+/** A transaction id: "tx-" and 32 hex digits, the first 12 the millisecond time, 80 random bits. */
 function newTransactionId(): string {
-  return `tx-${Date.now().toString(16).padStart(12, "0")}${randomBytes(6).toString("hex")}`;
+  return `tx-${Date.now().toString(16).padStart(12, "0")}${randomBytes(10).toString("hex")}`;
 }

@@ -45,7 +45,7 @@ describe("a transaction on the embedded default", () => {
     const lease = await gw.leases.acquire({ bucket, prefix: "job1/", ttlMs: 30_000 });
     const tx = await openTransaction(gw, lease.leaseId);
     expect(tx).toMatchObject({ leaseId: lease.leaseId, token: lease.token, bucket });
-    expect(tx.transactionId).toMatch(/^tx-[0-9a-f]{24}$/);
+    expect(tx.transactionId).toMatch(/^tx-[0-9a-f]{32}$/);
 
     const big = "b".repeat(200_000); // a blob file, not an inline row
     for (const [key, body] of [
@@ -187,11 +187,11 @@ describe("a transaction on the embedded default", () => {
     });
     expect(noToken.status).toBe(428);
     expectS3Error(
-      await putIn(gw, lease, "tx-000000000000000000000000", bucket, "job5/x", "x"),
+      await putIn(gw, lease, "tx-00000000000000000000000000000000", bucket, "job5/x", "x"),
       "NoSuchTransaction",
       404,
     );
-    const unknown = await api(gw, "GET", "/transactions/tx-000000000000000000000000");
+    const unknown = await api(gw, "GET", "/transactions/tx-00000000000000000000000000000000");
     expect(unknown.status).toBe(404);
     expect((unknown.json.error as { code: string }).code).toBe("TransactionNotFound");
     expect(await getBody(gw, bucket, "job6/x")).toBeNull();
@@ -234,6 +234,68 @@ describe("a transaction on the embedded default", () => {
     const head = await signedRequest(gw.url, { method: "HEAD", path: objectPath(bucket, "job7/new") });
     expect(head.status).toBe(200);
     expect(Object.keys(head.headers).filter((h) => h.startsWith("x-amz-meta-"))).toEqual([]);
+    await gw.leases.release(lease.leaseId);
+  });
+
+  it("a read that carries the transaction sees its staged state; other reads do not", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "job10/", ttlMs: 30_000 });
+    expect((await putIn(gw, lease, null, bucket, "job10/gone", "old")).status).toBe(200);
+    const tx = await openTransaction(gw, lease.leaseId);
+    const inTx = { "x-fence-transaction": tx.transactionId };
+    const big = "0123456789".repeat(20_000);
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "job10/new", big)).status).toBe(200);
+    const del = await signedRequest(gw.url, {
+      method: "DELETE",
+      path: objectPath(bucket, "job10/gone"),
+      headers: { "x-fence-token": lease.fencingToken, ...inTx },
+    });
+    expect(del.status).toBe(204);
+
+    const got = await signedRequest(gw.url, {
+      method: "GET",
+      path: objectPath(bucket, "job10/new"),
+      headers: inTx,
+    });
+    expect(got.status).toBe(200);
+    expect(got.text).toBe(big);
+    const ranged = await signedRequest(gw.url, {
+      method: "GET",
+      path: objectPath(bucket, "job10/new"),
+      headers: { ...inTx, range: "bytes=10-19" },
+    });
+    expect(ranged.status).toBe(206);
+    expect(ranged.text).toBe("0123456789");
+    const head = await signedRequest(gw.url, {
+      method: "HEAD",
+      path: objectPath(bucket, "job10/new"),
+      headers: inTx,
+    });
+    expect(head.status).toBe(200);
+    expect(head.headers["content-length"]).toBe(String(big.length));
+    const gone = await signedRequest(gw.url, {
+      method: "GET",
+      path: objectPath(bucket, "job10/gone"),
+      headers: inTx,
+    });
+    expectS3Error(gone, "NoSuchKey", 404);
+    // Outside the transaction: the state before it.
+    expect(await getBody(gw, bucket, "job10/new")).toBeNull();
+    expect(await getBody(gw, bucket, "job10/gone")).toBe("old");
+    const unknown = await signedRequest(gw.url, {
+      method: "GET",
+      path: objectPath(bucket, "job10/new"),
+      headers: { "x-fence-transaction": "tx-00000000000000000000000000000000" },
+    });
+    expectS3Error(unknown, "NoSuchTransaction", 404);
+    expect((await api(gw, "POST", `/transactions/${tx.transactionId}/commit`)).status).toBe(200);
+    // Committed: the same header now reads what everyone reads.
+    const after = await signedRequest(gw.url, {
+      method: "GET",
+      path: objectPath(bucket, "job10/gone"),
+      headers: inTx,
+    });
+    expect(after.status).toBe(404);
+    expect(await getBody(gw, bucket, "job10/new")).toBe(big);
     await gw.leases.release(lease.leaseId);
   });
 

@@ -149,6 +149,20 @@ export class MemoryBackend implements StorageBackend {
     return toObjectInfo(key, this.objects.live(bucket, key));
   }
 
+  async readStaged(
+    _bucket: string,
+    key: string,
+    staged: unknown,
+    range?: RangeRequest,
+  ): Promise<GetObjectResult> {
+    this.assertOpen();
+    const version = staged as MemoryVersion;
+    const served = resolveRange(range, version.size);
+    const info = toObjectInfo(key, version);
+    if (!served) return { info, body: snapshotStream(version.bytes) };
+    return { info, body: snapshotStream(version.bytes, served.start, served.end), range: served };
+  }
+
   async getObject(bucket: string, key: string, range?: RangeRequest): Promise<GetObjectResult> {
     this.assertOpen();
     const live = this.objects.live(bucket, key);

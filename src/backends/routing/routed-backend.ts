@@ -242,6 +242,14 @@ export class RoutedBackend implements StorageBackend {
     return { ...info, key };
   }
 
+  async readStaged(bucket: string, key: string, version: unknown, range?: RangeRequest) {
+    const r = this.route(bucket);
+    if (!r.backend.readStaged)
+      throw new DomainError("NotImplemented", "this bucket's backend stages no writes");
+    const got = await r.backend.readStaged(r.target, this.storeKey(r, key), version, range);
+    return { ...got, info: { ...got.info, key } };
+  }
+
   async getObject(bucket: string, key: string, range?: RangeRequest, signal?: AbortSignal) {
     const r = this.route(bucket);
     const got = await r.backend.getObject(r.target, this.storeKey(r, key), range, signal);

@@ -1,6 +1,6 @@
 import type { WriteConditions } from "../../backends/storage-backend.js";
 import { DomainError } from "../../core/errors.js";
-import type { WriteContext } from "../../fence/write-fencer.js";
+import type { WriteContext, WriteFencer } from "../../fence/write-fencer.js";
 import { checksumHeaders, requestedChecksumHeaders } from "../protocol/checksum-headers.js";
 import { evaluateReadConditions } from "../protocol/conditions.js";
 import { header, type S3Operation, type S3Request } from "../protocol/context.js";
@@ -36,6 +36,27 @@ export const deleteObject: S3Operation = async (req, { backend, fencer }) => {
   return { status: 204, headers: acceptedHeaders(result.token) };
 };
 
+/**
+ * A read that carries a fenced transaction (x-fence-transaction) sees the transaction's staged
+ * state of the key: the staged version of a put (returned, for the backend's readStaged), or
+ * NoSuchKey for a staged delete; undefined when the transaction staged nothing there.
+ */
+function stagedWrite(req: S3Request, fencer: WriteFencer, bucket: string, key: string): unknown {
+  const id = fenceTransactionOf(req);
+  if (id === null) return undefined;
+  if (!fencer.transactions)
+    throw new DomainError("NotImplemented", "this gateway does not offer fenced transactions");
+  const staged = fencer.transactions.stagedRead(id, bucket, key, {
+    principal: req.principal,
+    requestId: req.requestId,
+  });
+  if (!staged) return undefined;
+  if (staged.change.op === "delete") {
+    throw new DomainError("NoSuchKey", "The specified key does not exist.", { Key: key });
+  }
+  return staged.change.version;
+}
+
 /** The fencing context of a write to the request's object. */
 export function writeContext(
   req: S3Request,
@@ -57,13 +78,20 @@ export function writeContext(
   };
 }
 
-export const getObject: S3Operation = async (req, { backend }) => {
+export const getObject: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   rejectVersionId(req);
   const partNumber = partNumberRead(req);
   const rangeHeader = header(req, "range");
   const range = rangeHeader ? parseRange(rangeHeader) : undefined;
-  const { info, body, range: served } = await backend.getObject(bucket, key, range);
+  const staged = stagedWrite(req, fencer, bucket, key);
+  const {
+    info,
+    body,
+    range: served,
+  } = staged
+    ? await backend.readStaged!(bucket, key, staged, range)
+    : await backend.getObject(bucket, key, range);
   try {
     if (evaluateReadConditions(req.headers, info) === "not-modified") {
       body.destroy();
@@ -89,10 +117,23 @@ export const getObject: S3Operation = async (req, { backend }) => {
   return { status: 200, headers, stream: body };
 };
 
-export const headObject: S3Operation = async (req, { backend }) => {
+export const headObject: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   rejectVersionId(req);
   const partNumber = partNumberRead(req);
+  const staged = stagedWrite(req, fencer, bucket, key);
+  if (staged) {
+    // A HEAD inside a transaction answers from the staged version, as its GET would.
+    const { info, body } = await backend.readStaged!(bucket, key, staged);
+    body.destroy();
+    if (evaluateReadConditions(req.headers, info) === "not-modified") {
+      return { status: 304, headers: { etag: info.etag, "last-modified": info.lastModified.toUTCString() } };
+    }
+    return {
+      status: 200,
+      headers: { ...objectResponseHeaders(info), "content-length": String(info.size) },
+    };
+  }
   const info = await backend.headObject(bucket, key);
   if (evaluateReadConditions(req.headers, info) === "not-modified") {
     return { status: 304, headers: { etag: info.etag, "last-modified": info.lastModified.toUTCString() } };
