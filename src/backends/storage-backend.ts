@@ -152,6 +152,11 @@ export type UploadBinding = {
   /** The token the upload is bound to; null when it was created without one. */
   token: number | null;
   leaseId: string | null;
+  /**
+   * The fenced transaction the upload was created in (x-fence-transaction on Create): its parts
+   * and completion join it, so its completion is staged, not made visible; null or absent: none.
+   */
+  transactionId?: string | null;
 };
 
 export type MultipartUpload = UploadBinding & {

@@ -299,6 +299,61 @@ describe("a transaction on the embedded default", () => {
     await gw.leases.release(lease.leaseId);
   });
 
+  it("stages a multipart upload created in the transaction (the header on Create only) and a copy", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "job11/", ttlMs: 30_000 });
+    expect((await putIn(gw, lease, null, bucket, "job11/source", "copied bytes")).status).toBe(200);
+    const tx = await openTransaction(gw, lease.leaseId);
+    const token = { "x-fence-token": lease.fencingToken };
+    const created = await signedRequest(gw.url, {
+      method: "POST",
+      path: objectPath(bucket, "job11/big"),
+      query: { uploads: "" },
+      headers: { ...token, "x-fence-transaction": tx.transactionId },
+    });
+    expect(created.status, created.text).toBe(200);
+    const uploadId = /<UploadId>([^<]+)<\/UploadId>/.exec(created.text)![1]!;
+    const part = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "job11/big"),
+      query: { uploadId, partNumber: "1" },
+      body: "the only part",
+      headers: token,
+    });
+    expect(part.status).toBe(200);
+    const completed = await signedRequest(gw.url, {
+      method: "POST",
+      path: objectPath(bucket, "job11/big"),
+      query: { uploadId },
+      body: `<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>${part.headers.etag}</ETag></Part></CompleteMultipartUpload>`,
+      headers: token,
+    });
+    expect(completed.status, completed.text).toBe(200);
+    const copied = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "job11/copy"),
+      headers: {
+        ...token,
+        "x-fence-transaction": tx.transactionId,
+        "x-amz-copy-source": `/${bucket}/job11/source`,
+      },
+    });
+    expect(copied.status, copied.text).toBe(200);
+    expect(await getBody(gw, bucket, "job11/big")).toBeNull();
+    expect(await getBody(gw, bucket, "job11/copy")).toBeNull();
+    const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status, commit.text).toBe(200);
+    expect((commit.json.objects as { key: string }[]).map((o) => o.key)).toEqual(["job11/big", "job11/copy"]);
+    expect(await getBody(gw, bucket, "job11/big")).toBe("the only part");
+    expect(await getBody(gw, bucket, "job11/copy")).toBe("copied bytes");
+    const uploads = await signedRequest(gw.url, {
+      method: "GET",
+      path: `/${bucket}`,
+      query: { uploads: "" },
+    });
+    expect(uploads.text).not.toContain(uploadId);
+    await gw.leases.release(lease.leaseId);
+  });
+
   it("records each staged write and the commit in the audit log, with the transaction id", async () => {
     const lease = await gw.leases.acquire({ bucket, prefix: "job8/", ttlMs: 30_000 });
     const tx = await openTransaction(gw, lease.leaseId);

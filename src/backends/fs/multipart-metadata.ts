@@ -20,7 +20,8 @@ CREATE TABLE IF NOT EXISTS fs_uploads (
   token INTEGER,
   lease_id TEXT,
   initiator TEXT,
-  initiated INTEGER NOT NULL
+  initiated INTEGER NOT NULL,
+  transaction_id TEXT
 ) WITHOUT ROWID;
 
 -- Upload ids start with the initiation time, so this order is S3's: by key, then by initiation.
@@ -50,6 +51,7 @@ export type UploadRow = {
   lease_id: string | null;
   initiator: string | null;
   initiated: number;
+  transaction_id: string | null;
 };
 
 export type PartRow = {
@@ -77,11 +79,16 @@ export class FsMultipartMetadata {
 
   constructor(db: EmbeddedDb) {
     db.exec(SCHEMA);
+    // Uploads recorded before transactions existed have no transaction_id column.
+    const columns = db.prepare<[], { name: string }>("PRAGMA table_info(fs_uploads)").all();
+    if (!columns.some((c) => c.name === "transaction_id")) {
+      db.exec("ALTER TABLE fs_uploads ADD COLUMN transaction_id TEXT");
+    }
     this.stmts = {
       upload: db.prepare<[string], UploadRow>("SELECT * FROM fs_uploads WHERE upload_id = ?"),
       insertUpload: db.prepare(
-        `INSERT INTO fs_uploads (upload_id, bucket, key, metadata, token, lease_id, initiator, initiated)
-         VALUES (@uploadId, @bucket, @key, @metadata, @token, @leaseId, @initiator, @initiated)`,
+        `INSERT INTO fs_uploads (upload_id, bucket, key, metadata, token, lease_id, initiator, initiated, transaction_id)
+         VALUES (@uploadId, @bucket, @key, @metadata, @token, @leaseId, @initiator, @initiated, @transactionId)`,
       ),
       deleteUpload: db.prepare("DELETE FROM fs_uploads WHERE upload_id = ?"),
       part: db.prepare<[string, number], PartRow>(
@@ -125,6 +132,7 @@ export class FsMultipartMetadata {
       leaseId: upload.leaseId,
       initiator: upload.initiator,
       initiated: upload.initiated,
+      transactionId: upload.transactionId ?? null,
     });
   }
 
@@ -235,6 +243,7 @@ export function toUpload(row: UploadRow): MultipartUpload {
     metadata: JSON.parse(row.metadata) as ObjectMetadata,
     token: row.token,
     leaseId: row.lease_id,
+    ...(row.transaction_id ? { transactionId: row.transaction_id } : {}),
     initiator: row.initiator,
     initiated: new Date(row.initiated),
   };

@@ -129,6 +129,7 @@ export function toUpload(record: UploadRecord): MultipartUpload {
     metadata: structuredClone(record.metadata),
     token: record.token,
     leaseId: record.leaseId,
+    ...(record.transactionId ? { transactionId: record.transactionId } : {}),
     initiator: record.initiator,
     initiated: new Date(record.initiated),
   };

@@ -12,6 +12,7 @@ import {
 import { copySource } from "../protocol/copy-source.js";
 import { metadataFromRequest } from "../protocol/object-headers.js";
 import { textParam } from "../protocol/query.js";
+import { fenceTransactionOf } from "../protocol/fence-token.js";
 import { readBounded, requireDeclaredLength } from "../protocol/request-body.js";
 import type { XmlNode } from "../protocol/xml.js";
 import { children, malformed, parseXmlDocument, text } from "../protocol/xml-input.js";
@@ -55,6 +56,7 @@ export const createMultipartUpload: S3Operation = async (req, { backend, fencer 
           metadata,
           token: auth.fenced ? auth.claims.token : null,
           leaseId: auth.fenced ? auth.claims.leaseId : null,
+          transactionId: fenceTransactionOf(req),
           initiator: req.principal,
         },
         commit,
@@ -335,7 +337,19 @@ async function uploadWriteContext(
     await backend.headBucket(ctx.bucket);
     throw e;
   });
-  return { ...ctx, upload: { uploadId, token: upload.token, leaseId: upload.leaseId } };
+  // An upload created in a transaction stays in it: its parts and completion join it even when
+  // only CreateMultipartUpload carried the header (aws s3 cp --metadata sends it on Create only).
+  const bound = upload.transactionId ?? null;
+  if (ctx.transactionId && bound !== null && ctx.transactionId !== bound) {
+    throw new DomainError("InvalidArgument", `the upload was created in transaction ${bound}, not this one`, {
+      ArgumentName: "x-fence-transaction",
+    });
+  }
+  return {
+    ...ctx,
+    transactionId: ctx.transactionId ?? bound,
+    upload: { uploadId, token: upload.token, leaseId: upload.leaseId },
+  };
 }
 
 function uploadIdOf(req: S3Request): string {
