@@ -3,7 +3,7 @@
  * its baseline from the same run (medians of alternating rounds where the figure is a rate).
  * Sized to finish in under 10 minutes on a 2-core machine. `npm run bench`.
  *
- *   npx tsx benchmarks/run.ts [--quick] [--only leases,lease-concurrency,put-get,growth,memory,streaming,audit-redis,cli-start,round-trips] [--out file.md]
+ *   npx tsx benchmarks/run.ts [--quick] [--only leases,lease-concurrency,put-get,growth,memory,streaming,audit-redis,cli-start,round-trips,transactions] [--out file.md]
  *
  * The lease suite compares with etcd and Redis (appendfsync always): scripts/bench-setup.sh
  * installs Debian's etcd-server and redis-server when missing (the suite runs it itself).
@@ -23,6 +23,7 @@ import { memoryBench } from "./memory.js";
 import { putGetBench } from "./put-get.js";
 import { roundTripBench } from "./round-trips.js";
 import { streamingBench } from "./streaming.js";
+import { transactionBench } from "./transactions.js";
 
 const { values } = parseArgs({
   options: {
@@ -75,6 +76,10 @@ const suites: Array<[string, () => Promise<Row[]>]> = [
   ["audit-redis", () => auditRedisBench({ records: quick ? 100_000 : 1_000_000, queries: quick ? 20 : 100 })],
   ["cli-start", () => cliStartBench({ runs: quick ? 3 : 10 })],
   ["round-trips", () => roundTripBench({ quick })],
+  [
+    "transactions",
+    () => transactionBench({ rounds: quick ? 1 : 3, sizes: quick ? [1, 10] : [1, 10, 1000], concurrency: 16 }),
+  ],
 ];
 
 const machine = `${cpus().length} × ${cpus()[0]?.model.trim() ?? "cpu"}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
