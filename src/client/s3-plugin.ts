@@ -187,6 +187,10 @@ function addOnce(
  * With a Lease handle, a write after the lease was lost or released fails at once with the
  * lease's error instead of being sent. A command bound to a token (`lease.bind`) keeps its own.
  *
+ * With a Transaction handle (`tx.plugin()`), every write also carries `x-fence-transaction` and is
+ * staged in the transaction, and every read carries it while the transaction is open (it then
+ * sees the staged writes); a write after the transaction ended fails without being sent.
+ *
  *     const s3 = new S3Client(config);
  *     s3.middlewareStack.use(fencingTokenPlugin(lease));
  */
