@@ -61,6 +61,7 @@ function auditFilters(cmd: Command): Command {
     .option("--key <key>", "records of this key")
     .option("--prefix <prefix>", "records whose key (or lease prefix) starts with this")
     .option("--lease-id <id>", "records of this lease")
+    .option("--transaction-id <id>", "records of this fenced transaction (its writes, its commit or abort)")
     .addOption(
       new Option("--decision <decision>", "accepted, rejected or unknown").choices([
         "accepted",

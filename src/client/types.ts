@@ -61,6 +61,8 @@ export type AuditQuery = {
   key?: string;
   prefix?: string;
   leaseId?: string;
+  /** Records of this fenced transaction: its staged writes and its commit or abort. */
+  transactionId?: string;
   decision?: string;
   op?: string;
   since?: string;

@@ -118,6 +118,12 @@ describe("fencegate run --transaction", () => {
     const again = await cli(["transaction", "commit", id, "--output", "json"]);
     expect(again.code, again.stderr).toBe(0);
     expect((JSON.parse(again.stdout) as TransactionCommit).objects).toEqual(view.objects);
+    // The audit log has the transaction's writes and its commit, found by its id.
+    const audit = await cli(["audit", "--transaction-id", id, "--output", "json"]);
+    expect(audit.code, audit.stderr).toBe(0);
+    const ops = (JSON.parse(audit.stdout) as { records: { op: string; transactionId?: string }[] }).records;
+    expect(ops.map((r) => r.op)).toEqual(["PutObject", "PutObject", "TransactionCommitted"]);
+    expect(ops.every((r) => r.transactionId === id)).toBe(true);
     const abort = await cli(["transaction", "abort", id]);
     expect(abort.code).toBe(1);
     expect(abort.stderr).toMatch(/TransactionCommitted \(HTTP 409\)/);

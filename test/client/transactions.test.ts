@@ -87,7 +87,7 @@ function recordingClient(): {
 describe("lease.transaction", () => {
   it("commits when the function returns: invisible before, all visible after", async () => {
     const lease = await fence.lease({ bucket: BUCKET, prefix: "commit/", ttlMs: 10_000 });
-    let seenInside: { plainA: string | null; plainB: string | null } | undefined;
+    let seenInside: { plainA: string | null; plainB: string | null; txA: string } | undefined;
     let id = "";
     try {
       const result = await lease.transaction(async (tx) => {
@@ -96,12 +96,17 @@ describe("lease.transaction", () => {
         expect(tx.leaseId).toBe(lease.leaseId);
         await s3.send(tx.bind(new PutObjectCommand({ Bucket: BUCKET, Key: "commit/a", Body: "A" })));
         await tx.s3(s3).send(new PutObjectCommand({ Bucket: BUCKET, Key: "commit/b", Body: "B" }));
-        // A reader outside the transaction sees nothing yet.
-        seenInside = { plainA: await plainRead("commit/a"), plainB: await plainRead("commit/b") };
+        // A reader outside the transaction sees nothing yet; a read inside it sees what it staged.
+        const inside = await s3.send(tx.bind(new GetObjectCommand({ Bucket: BUCKET, Key: "commit/a" })));
+        seenInside = {
+          plainA: await plainRead("commit/a"),
+          plainB: await plainRead("commit/b"),
+          txA: await inside.Body!.transformToString(),
+        };
         expect((await fence.transactionState(tx.transactionId)).state).toBe("open");
         return 42;
       });
-      expect(seenInside).toEqual({ plainA: null, plainB: null });
+      expect(seenInside).toEqual({ plainA: null, plainB: null, txA: "A" });
       expect(result.value).toBe(42);
       expect(result.commit.transactionId).toBe(id);
       expect(result.commit.token).toBe(lease.token);
