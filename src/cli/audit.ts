@@ -13,6 +13,7 @@ function query(opts: Filters) {
     key: opts.key,
     prefix: opts.prefix,
     leaseId: opts.leaseId,
+    transactionId: opts.transactionId,
     decision: opts.decision,
     op: opts.op,
     since: isoOption("since", opts.since),

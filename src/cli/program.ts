@@ -61,6 +61,7 @@ function auditFilters(cmd: Command): Command {
     .option("--key <key>", "records of this key")
     .option("--prefix <prefix>", "records whose key (or lease prefix) starts with this")
     .option("--lease-id <id>", "records of this lease")
+    .option("--transaction-id <id>", "records of this fenced transaction (its writes, its commit or abort)")
     .addOption(
       new Option("--decision <decision>", "accepted, rejected or unknown").choices([
         "accepted",
@@ -231,14 +232,52 @@ export function buildProgram(): Command {
       .argument("<cmd...>", "the command and its arguments, after --")
       .passThroughOptions(),
   )
+    .option(
+      "--transaction",
+      "run CMD inside a fenced transaction: commit its writes when it exits 0, abort them otherwise",
+    )
     .addHelpText(
       "after",
       "\nCMD gets FENCE_TOKEN, FENCE_TOKEN_NUMBER, FENCE_LEASE_ID, FENCE_BUCKET and FENCE_KEY (or FENCE_PREFIX).\n" +
         "The lease is renewed while CMD runs; if it is lost CMD gets SIGTERM (SIGKILL 5 s later) and run\n" +
         "says why: 76 expired, 80 broken by an administrator, 81 released by someone else, 82 superseded\n" +
-        "by a newer lease. Otherwise run exits with CMD's exit code.",
+        "by a newer lease. Otherwise run exits with CMD's exit code.\n" +
+        "\n" +
+        "With --transaction, CMD also gets FENCE_TRANSACTION, the id of a transaction opened under the lease.\n" +
+        "Its writes join it with the header x-fence-transaction (or the metadata fence-transaction, e.g.\n" +
+        "aws s3api put-object --metadata fence-token=$FENCE_TOKEN,fence-transaction=$FENCE_TRANSACTION) and\n" +
+        "stay invisible to others until CMD exits 0: then they are committed, all visible at once. A refused\n" +
+        "commit exits 83 (nothing visible; the reason is printed), a commit whose outcome is unknown 84\n" +
+        "(fencegate transaction commit ID commits again and tells). If CMD fails, the transaction is aborted\n" +
+        "(nothing visible) and run exits with CMD's exit code.",
     )
     .action(act(async () => (await import("./run.js")).runCommand));
+
+  const transaction = program
+    .command("transaction")
+    .description("fenced transactions: show, commit or abort one by its id");
+  transaction
+    .command("show")
+    .description("show a transaction: its state and objects")
+    .argument("<transaction-id>")
+    .addOption(outputOption())
+    .action(act(async () => (await import("./transaction.js")).show));
+  transaction
+    .command("commit")
+    .description("commit a transaction: every write of it becomes visible at once (again: the same answer)")
+    .argument("<transaction-id>")
+    .addOption(outputOption())
+    .addHelpText(
+      "after",
+      "\nExits 83 when the commit is refused (nothing of it is visible), 84 when its outcome is unknown\n" +
+        "(committing again is safe and tells).",
+    )
+    .action(act(async () => (await import("./transaction.js")).commit));
+  transaction
+    .command("abort")
+    .description("abort a transaction: none of its writes becomes visible")
+    .argument("<transaction-id>")
+    .action(act(async () => (await import("./transaction.js")).abort));
 
   const backend = program.command("backend").description("check the configured storage backends");
   backend

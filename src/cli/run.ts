@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import type { FenceClient } from "../client/fence-client.js";
+import type { Transaction } from "../client/transaction.js";
 import type { LeaseRecord } from "../client/types.js";
 import {
   type AcquireValues,
@@ -17,8 +18,17 @@ const KILL_GRACE_MS = 5_000;
  * `fencegate run`: hold a lease while a command runs, like flock(1) for shared storage.
  * The command gets FENCE_TOKEN and FENCE_TOKEN_NUMBER; the SDK's Lease handle renews the lease in
  * the background; if it is lost the command is stopped; afterwards the lease is released.
+ *
+ * With `--transaction`, a fenced transaction is opened once the lease is held and the command
+ * gets its id as FENCE_TRANSACTION (its writes join it with `x-fence-transaction` or the
+ * metadata `fence-transaction`): when the command exits 0 the transaction is committed (every
+ * write of it becomes visible at once; a refused commit exits 83, an unknown outcome 84),
+ * otherwise it is aborted (none does) and run exits with the command's code.
  */
-export async function runCommand(command: string[], values: AcquireValues): Promise<number> {
+export async function runCommand(
+  command: string[],
+  values: AcquireValues & { transaction?: boolean },
+): Promise<number> {
   const [cmd, ...cmdArgs] = command as [string, ...string[]];
   const request = acquireRequest(values);
   const client = await clientFromEnv();
@@ -50,6 +60,16 @@ export async function runCommand(command: string[], values: AcquireValues): Prom
   record = lease.record;
   if (lostCode) explain(record, lostCode);
 
+  let tx: Transaction | undefined;
+  if (values.transaction) {
+    try {
+      tx = await withApiErrors(() => lease.openTransaction());
+    } catch (e) {
+      await lease.release().catch(() => undefined);
+      throw e;
+    }
+  }
+
   child = spawn(cmd, cmdArgs, {
     stdio: "inherit",
     env: {
@@ -59,6 +79,7 @@ export async function runCommand(command: string[], values: AcquireValues): Prom
       FENCE_LEASE_ID: lease.leaseId,
       FENCE_BUCKET: lease.bucket,
       ...(lease.key !== undefined ? { FENCE_KEY: lease.key } : { FENCE_PREFIX: lease.prefix }),
+      ...(tx ? { FENCE_TRANSACTION: tx.transactionId } : {}),
     },
   });
   const running = child;
@@ -77,14 +98,80 @@ export async function runCommand(command: string[], values: AcquireValues): Prom
   );
   process.off("SIGINT", onInt);
   process.off("SIGTERM", onTerm);
+  const succeeded = !exit.error && !exit.signal && exit.code === 0;
+  const committed = tx && !lost && !lease.lost ? await finishTransaction(tx, succeeded, exit) : undefined;
+  if (tx && (lost || lease.lost)) await tx.abort().catch(() => undefined);
   // A lost lease is not released (there is nothing left to release).
   await lease.release().catch((e: unknown) => {
     process.stderr.write(`fencegate run: could not release ${lease.leaseId}: ${(e as Error).message}\n`);
   });
   if (exit.error) throw new CliError(`cannot run ${cmd}: ${exit.error.message}`, 127);
   if (lost) return (await (lost as Promise<Loss>)).exitCode;
+  if (committed !== undefined && committed !== EXIT.ok) return committed;
   if (exit.signal) return 128 + (signalNumber(exit.signal) ?? 1);
   return exit.code ?? 1;
+}
+
+/**
+ * Commits the transaction after the command succeeded, aborts it otherwise; says what happened on
+ * stderr. Returns run's exit status for the commit (0 committed, 83 refused, 84 outcome unknown,
+ * 69 not answered), or undefined when it aborted (run then exits with the command's code).
+ */
+async function finishTransaction(
+  tx: Transaction,
+  succeeded: boolean,
+  exit: { code: number | null; signal: NodeJS.Signals | null },
+): Promise<number | undefined> {
+  const id = tx.transactionId;
+  if (!succeeded) {
+    const how = exit.signal ? `was stopped by ${exit.signal}` : `exited ${exit.code ?? "abnormally"}`;
+    await tx.abort().then(
+      () =>
+        process.stderr.write(
+          `fencegate run: the command ${how}: transaction ${id} aborted (nothing of it is visible)\n`,
+        ),
+      (e: unknown) =>
+        process.stderr.write(
+          `fencegate run: the command ${how}: transaction ${id} not committed; its abort failed: ${(e as Error).message}\n`,
+        ),
+    );
+    return undefined;
+  }
+  const { FenceApiError, FenceConnectionError, LeaseLostError, OutcomeUnknownError } = await import(
+    "../client/errors.js"
+  );
+  try {
+    const commit = await tx.commit();
+    process.stderr.write(
+      `fencegate run: transaction ${id} committed (token ${commit.token}, ${commit.objects.length} object${commit.objects.length === 1 ? "" : "s"} visible)\n`,
+    );
+    return EXIT.ok;
+  } catch (e) {
+    if (e instanceof OutcomeUnknownError) {
+      process.stderr.write(
+        `fencegate run: the outcome of the commit of transaction ${id} is unknown (it may have committed): ` +
+          `${e.code}: ${e.message}; \`fencegate transaction commit ${id}\` commits again and tells\n`,
+      );
+      return EXIT.outcomeUnknown;
+    }
+    if (e instanceof LeaseLostError && e.status === 0) {
+      // Lost as this process measured it, before the commit was sent (already aborted).
+      process.stderr.write(`fencegate run: transaction ${id} was not committed: ${e.message}\n`);
+      return EXIT.leaseLost;
+    }
+    if (e instanceof FenceApiError && e.status >= 400 && e.status < 500) {
+      process.stderr.write(
+        `fencegate run: transaction ${id} was not committed: ${e.code} (HTTP ${e.status}): ${e.message}; nothing of it is visible\n`,
+      );
+      return EXIT.commitRefused;
+    }
+    await tx.abort().catch(() => undefined);
+    const why = e instanceof FenceConnectionError || e instanceof FenceApiError ? e.message : String(e);
+    process.stderr.write(`fencegate run: transaction ${id} was not committed: ${why}\n`);
+    return e instanceof FenceConnectionError || (e instanceof FenceApiError && e.status >= 500)
+      ? EXIT.unavailable
+      : EXIT.failure;
+  }
 }
 
 function stopChild(child: ChildProcess): void {

@@ -34,6 +34,13 @@ export const EXIT = {
   leaseReleased: 81,
   /** `run`: the lease expired and a newer lease (a higher token) now holds the resource. */
   leaseSuperseded: 82,
+  /**
+   * `run --transaction`, `transaction commit`: the gateway refused the commit (StaleFencingToken,
+   * LeaseExpired, TransactionAborted, TransactionNotFound); nothing of the transaction is visible.
+   */
+  commitRefused: 83,
+  /** `run --transaction`, `transaction commit`: the commit's outcome is unknown (it may have committed). */
+  outcomeUnknown: 84,
 } as const;
 
 export const EXIT_CODES_HELP = `Exit codes:
@@ -48,6 +55,8 @@ export const EXIT_CODES_HELP = `Exit codes:
   80  run: the lease was broken by an administrator
   81  run: the lease was released by someone else
   82  run: the lease was superseded by a newer lease (token N)
+  83  run --transaction, transaction commit: the commit was refused; nothing of it is visible
+  84  run --transaction, transaction commit: the commit's outcome is unknown (commit again to learn it)
   run otherwise exits with CMD's exit code (128+N when CMD died of signal N).`;
 
 /** The development pair (src/config/resolve.ts; not imported, to keep client commands light). */
@@ -103,7 +112,11 @@ export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (e) {
-    const { FenceApiError, FenceConnectionError } = await import("../client/errors.js");
+    const { FenceApiError, FenceConnectionError, OutcomeUnknownError } = await import("../client/errors.js");
+    if (e instanceof OutcomeUnknownError) {
+      const status = e.status ? ` (HTTP ${e.status})` : "";
+      throw new CliError(`outcome unknown, ${e.code}${status}: ${e.message}`, EXIT.outcomeUnknown);
+    }
     if (e instanceof FenceApiError) {
       let message = `${e.code} (HTTP ${e.status}): ${e.message}`;
       const heldBy = e.details.heldBy as HeldBy | undefined;

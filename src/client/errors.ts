@@ -39,7 +39,8 @@ export class FenceApiError extends Error {
 
   /** The error's details beside code and message (e.g. `heldBy` of LeaseHeld). */
   get details(): Record<string, unknown> {
-    const e = (this.body as { error?: Record<string, unknown> } | undefined)?.error;
+    const body = this.body as { error?: Record<string, unknown>; code?: unknown } | undefined;
+    const e = body?.error ?? (typeof body?.code === "string" ? (body as Record<string, unknown>) : undefined);
     return e && typeof e === "object" ? e : {};
   }
 }
@@ -159,6 +160,53 @@ export class AuthenticationError extends FenceApiError {
   override name = "AuthenticationError";
 }
 
+/** 404 TransactionNotFound: no such transaction (or this access key may not see it). */
+export class TransactionNotFoundError extends FenceApiError {
+  override name = "TransactionNotFoundError";
+}
+
+/**
+ * 409 TransactionAborted: the transaction was aborted (by its holder, or because its lease ended
+ * or was superseded, or a commit of it was refused); none of its writes is visible.
+ */
+export class TransactionAbortedError extends FenceApiError {
+  override name = "TransactionAbortedError";
+}
+
+/** 409 TransactionCommitted: an abort came after the commit; every write of it is visible. */
+export class TransactionCommittedError extends FenceApiError {
+  override name = "TransactionCommittedError";
+}
+
+/**
+ * 409 StaleFencingToken: a write (or a commit) whose token is below an object's highest
+ * committed token, or whose lease was superseded. A refused commit made nothing visible.
+ */
+export class StaleFencingTokenError extends FenceApiError {
+  override name = "StaleFencingTokenError";
+}
+
+/** The header the gateway answers `unknown` in when it could not learn whether it committed. */
+export const FENCE_OUTCOME_HEADER = "x-fence-outcome";
+
+/**
+ * The gateway does not know whether it committed: it answered 503 with `x-fence-outcome:
+ * unknown` (status 503), or the connection broke after the request was sent and no retry got an
+ * answer (status 0, code OutcomeUnknown, the connection error as `cause`). This is NOT a
+ * refusal: the commit may have happened. A transaction's commit is idempotent, so committing
+ * again is safe and answers what happened (200 with the same objects, or a refusal);
+ * `transactionState(id)` tells too.
+ */
+export class OutcomeUnknownError extends FenceApiError {
+  override name = "OutcomeUnknownError";
+  /** The transaction whose commit's outcome is unknown (set by FenceClient.commitTransaction). */
+  transactionId: string | undefined;
+  constructor(init: FenceApiErrorInit, options?: { cause?: unknown }) {
+    super(init);
+    if (options && "cause" in options) this.cause = options.cause;
+  }
+}
+
 /** The gateway could not be reached, or the connection broke before an answer. */
 export class FenceConnectionError extends Error {
   override name = "FenceConnectionError";
@@ -180,6 +228,10 @@ const BY_CODE: Record<string, new (init: FenceApiErrorInit) => FenceApiError> = 
   AccessDenied: AccessDeniedError,
   InvalidRequest: InvalidRequestError,
   LeaseStoreUnavailable: LeaseStoreUnavailableError,
+  TransactionNotFound: TransactionNotFoundError,
+  TransactionAborted: TransactionAbortedError,
+  TransactionCommitted: TransactionCommittedError,
+  StaleFencingToken: StaleFencingTokenError,
   InvalidAccessKeyId: AuthenticationError,
   SignatureDoesNotMatch: AuthenticationError,
   RequestTimeTooSkewed: AuthenticationError,
@@ -188,8 +240,12 @@ const BY_CODE: Record<string, new (init: FenceApiErrorInit) => FenceApiError> = 
   MissingSecurityHeader: AuthenticationError,
 };
 
-/** The typed error for an error answer of the lease API. */
-export function apiError(init: FenceApiErrorInit): FenceApiError {
+/**
+ * The typed error for an error answer of the lease API. `outcome` is the answer's
+ * `x-fence-outcome` header: `unknown` makes an OutcomeUnknownError, whatever the code.
+ */
+export function apiError(init: FenceApiErrorInit, outcome?: string): FenceApiError {
+  if (outcome?.trim().toLowerCase() === "unknown") return new OutcomeUnknownError(init);
   const Type = BY_CODE[init.code] ?? FenceApiError;
   return new Type(init);
 }

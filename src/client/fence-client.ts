@@ -1,4 +1,12 @@
-import { apiError, FenceApiError, FenceConnectionError, LeaseNotFoundError } from "./errors.js";
+import {
+  apiError,
+  FENCE_OUTCOME_HEADER,
+  FenceApiError,
+  FenceConnectionError,
+  LeaseNotFoundError,
+  OutcomeUnknownError,
+  TransactionNotFoundError,
+} from "./errors.js";
 import { Lease, type LeaseOptions } from "./lease.js";
 import { SigV4Signer } from "./sigv4-signer.js";
 import { fetchTransport, type Transport } from "./transport.js";
@@ -11,6 +19,9 @@ import type {
   LeaseResource,
   LeaseView,
   NewDelegate,
+  TransactionCommit,
+  TransactionRecord,
+  TransactionView,
 } from "./types.js";
 
 export type {
@@ -22,6 +33,9 @@ export type {
   LeaseResource,
   LeaseView,
   NewDelegate,
+  TransactionCommit,
+  TransactionRecord,
+  TransactionView,
 };
 
 export type RetryOptions = {
@@ -58,6 +72,8 @@ export type CallOptions = {
   signal?: AbortSignal;
   /** Extra time for this call's attempts (an acquire's waitMs). */
   extraTimeoutMs?: number;
+  /** Told of each failed attempt, the last one included, before it is retried or thrown. */
+  onFailure?: (error: unknown) => void;
 };
 
 const DEFAULT_TTL_MS = 30_000;
@@ -67,9 +83,10 @@ const DEFAULT_TTL_MS = 30_000;
  * answers thrown as typed errors (errors.ts), and only safe retries.
  *
  * `acquire`, `show`, `renew`, `release`, `breakLease`, `delegate`, `listDelegates`,
- * `revokeDelegate`, `list`, `audit` and `health` are the API's calls, one each. `lease()`
- * returns a Lease handle that renews itself; `attach()` one for an existing lease; `using()`
- * runs a function while holding a lease.
+ * `revokeDelegate`, `list`, `audit`, `health`, `openTransaction`, `transactionState`,
+ * `commitTransaction` and `abortTransaction` are the API's calls, one each. `lease()` returns a
+ * Lease handle that renews itself; `attach()` one for an existing lease; `using()` runs a function
+ * while holding a lease; `lease.transaction()` runs one inside a fenced transaction.
  */
 export class FenceClient {
   private readonly signer: SigV4Signer;
@@ -230,6 +247,113 @@ export class FenceClient {
   }
 
   /**
+   * POST /_fence/v1/leases/{leaseId}/transactions: opens a fenced transaction under the lease.
+   * Writes that carry the lease's token and `x-fence-transaction: <transactionId>` are staged,
+   * invisible to other readers until `commitTransaction`. Not retried unless never sent (each
+   * call opens a new transaction). Throws LeaseNotFoundError, LeaseLostError, AccessDeniedError.
+   */
+  openTransaction(leaseId: string, opts: { signal?: AbortSignal } = {}): Promise<TransactionRecord> {
+    return this.call(
+      "POST",
+      `${leasePath(leaseId)}/transactions`,
+      {},
+      {},
+      { idempotent: false, signal: opts.signal },
+    ) as Promise<TransactionRecord>;
+  }
+
+  /** GET /_fence/v1/transactions/{id}: its state and objects. Throws TransactionNotFoundError. */
+  transactionState(transactionId: string): Promise<TransactionView> {
+    return this.call(
+      "GET",
+      transactionPath(transactionId),
+      undefined,
+      {},
+      { idempotent: true },
+    ) as Promise<TransactionView>;
+  }
+
+  /**
+   * POST /_fence/v1/transactions/{id}/commit: makes every staged write of the transaction visible
+   * at once, or none. A commit is idempotent (a commit of a committed transaction answers the
+   * same 200), so it is retried after a broken connection or a 5xx.
+   *
+   * Refusals (nothing is visible): StaleFencingTokenError, LeaseLostError (code LeaseExpired),
+   * TransactionAbortedError (409); TransactionNotFoundError (404). When the gateway answered
+   * `503 x-fence-outcome: unknown`, or an attempt may have reached it and no later attempt got an
+   * answer, it throws an OutcomeUnknownError: the commit may have happened, and is not reported
+   * as refused. Commit again (or read transactionState) to learn what happened.
+   */
+  async commitTransaction(
+    transactionId: string,
+    opts: { signal?: AbortSignal } = {},
+  ): Promise<TransactionCommit> {
+    // Whether an attempt may have committed without this client learning it.
+    let unknown: { error: unknown } | undefined;
+    const onFailure = (e: unknown) => {
+      if (e instanceof OutcomeUnknownError) unknown = { error: e };
+      else if (e instanceof FenceConnectionError && !e.notSent) unknown = { error: e };
+    };
+    try {
+      return (await this.call(
+        "POST",
+        `${transactionPath(transactionId)}/commit`,
+        undefined,
+        {},
+        { idempotent: true, signal: opts.signal, onFailure },
+      )) as TransactionCommit;
+    } catch (e) {
+      if (e instanceof OutcomeUnknownError) {
+        e.transactionId = transactionId;
+        throw e;
+      }
+      // A later answer that says nothing of the outcome (the gateway unreachable, another 5xx)
+      // leaves the outcome of an earlier attempt unknown.
+      const silent = e instanceof FenceConnectionError || (e instanceof FenceApiError && e.status >= 500);
+      if (unknown && silent) {
+        const first = unknown.error;
+        const error = new OutcomeUnknownError(
+          {
+            status: first instanceof FenceApiError ? first.status : 0,
+            code: "OutcomeUnknown",
+            message:
+              `the outcome of the commit of transaction ${transactionId} is unknown (it may have ` +
+              `committed): ${(first as Error).message}; commit again or read its state to learn it`,
+            body: first instanceof FenceApiError ? first.body : undefined,
+            requestId: first instanceof FenceApiError ? first.requestId : undefined,
+          },
+          { cause: e },
+        );
+        error.transactionId = transactionId;
+        throw error;
+      }
+      throw e;
+    }
+  }
+
+  /**
+   * DELETE /_fence/v1/transactions/{id}: aborts it; none of its writes becomes visible. Retried; a
+   * retry that finds it gone (404 after an attempt whose answer was lost) counts as aborted.
+   * Throws TransactionCommittedError when it was committed.
+   */
+  async abortTransaction(transactionId: string): Promise<void> {
+    let attempts = 0;
+    try {
+      await this.call(
+        "DELETE",
+        transactionPath(transactionId),
+        undefined,
+        {},
+        { idempotent: true },
+        () => attempts++,
+      );
+    } catch (e) {
+      if (e instanceof TransactionNotFoundError && attempts > 1) return;
+      throw e;
+    }
+  }
+
+  /**
    * Acquires a lease and keeps it renewed in the background until it is released or lost
    * (its `signal` then fires). Defaults: ttlMs 30 s.
    */
@@ -302,6 +426,7 @@ export class FenceClient {
       try {
         return await this.once(method, path, body, query, opts);
       } catch (e) {
+        opts.onFailure?.(e);
         const retryable =
           (e instanceof FenceConnectionError && (e.notSent || idempotent)) ||
           (e instanceof FenceApiError && idempotent && e.status >= 500);
@@ -345,14 +470,17 @@ export class FenceClient {
     const text = res.text;
     const parsed = text ? safeJson(text) : undefined;
     if (res.status < 200 || res.status > 299) {
-      const err = (parsed as { error?: { code?: string; message?: string } } | undefined)?.error;
-      throw apiError({
-        status: res.status,
-        code: err?.code ?? `HTTP${res.status}`,
-        message: err?.message ?? (text || res.statusText),
-        body: parsed,
-        requestId: res.header("x-amz-request-id"),
-      });
+      const err = errorOf(parsed);
+      throw apiError(
+        {
+          status: res.status,
+          code: err?.code ?? `HTTP${res.status}`,
+          message: err?.message ?? (text || res.statusText),
+          body: parsed,
+          requestId: res.header("x-amz-request-id"),
+        },
+        res.header(FENCE_OUTCOME_HEADER),
+      );
     }
     return parsed;
   }
@@ -360,6 +488,10 @@ export class FenceClient {
 
 function leasePath(leaseId: string): string {
   return `/_fence/v1/leases/${encodeURIComponent(leaseId)}`;
+}
+
+function transactionPath(transactionId: string): string {
+  return `/_fence/v1/transactions/${encodeURIComponent(transactionId)}`;
 }
 
 /** Errors that happen before a connection exists: the request never reached the gateway. */
@@ -390,6 +522,15 @@ function delay(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener("abort", done, { once: true });
   });
+}
+
+/** The error of an answer: `{"error": {"code", "message"}}`, or the same fields at the top. */
+function errorOf(parsed: unknown): { code?: string; message?: string } | undefined {
+  if (!parsed || typeof parsed !== "object") return undefined;
+  const wrapped = (parsed as { error?: unknown }).error;
+  if (wrapped && typeof wrapped === "object") return wrapped as { code?: string; message?: string };
+  const flat = parsed as { code?: unknown; message?: unknown };
+  return typeof flat.code === "string" ? (flat as { code: string; message?: string }) : undefined;
 }
 
 function safeJson(text: string): unknown {

@@ -3,12 +3,14 @@
  * lease API with typed errors and safe retries, Lease handles that renew themselves and signal
  * their loss, `using()`, and the AWS SDK v3 binding of a lease's token to its writes: to one
  * command (`lease.bind(command)`), to a lease's view of a shared S3Client (`lease.s3(client)`),
- * or to a client of one lease (`fencingTokenPlugin`).
+ * or to a client of one lease (`fencingTokenPlugin`). Fenced transactions: `lease.transaction(fn)`
+ * stages the writes `fn` sends through its `tx` and makes them visible all together on return.
  */
 export {
   AccessDeniedError,
   AuthenticationError,
   describeLeaseLoss,
+  FENCE_OUTCOME_HEADER,
   FenceApiError,
   type FenceApiErrorInit,
   FenceConnectionError,
@@ -21,6 +23,11 @@ export {
   type LeaseLostErrorInit,
   LeaseNotFoundError,
   LeaseStoreUnavailableError,
+  OutcomeUnknownError,
+  StaleFencingTokenError,
+  TransactionAbortedError,
+  TransactionCommittedError,
+  TransactionNotFoundError,
 } from "./errors.js";
 export { type CallOptions, FenceClient, type FenceClientOptions, type RetryOptions } from "./fence-client.js";
 export { Lease, type LeaseApi, type LeaseOptions, type LeaseState } from "./lease.js";
@@ -31,6 +38,7 @@ export {
   type CommandSender,
   type CommandWithStack,
   FENCE_TOKEN_HEADER,
+  FENCE_TRANSACTION_HEADER,
   FENCED_COMMANDS,
   FENCING_TOKEN_PLUGIN_NAME,
   FencingTokenConflictError,
@@ -39,6 +47,12 @@ export {
   type TokenHolder,
   type TokenSource,
 } from "./s3-plugin.js";
+export {
+  Transaction,
+  type TransactionApi,
+  type TransactionHandleState,
+  type TransactionResult,
+} from "./transaction.js";
 export {
   fetchTransport,
   nodeHttpTransport,
@@ -53,4 +67,9 @@ export type {
   LeaseRecord,
   LeaseResource,
   LeaseView,
+  TransactionCommit,
+  TransactionObject,
+  TransactionRecord,
+  TransactionState,
+  TransactionView,
 } from "./types.js";

@@ -6,6 +6,7 @@ import {
   type CommandWithStack,
   fencingTokenClient,
 } from "./s3-plugin.js";
+import { Transaction, type TransactionApi, type TransactionResult } from "./transaction.js";
 import type { LeaseRecord } from "./types.js";
 
 /** The calls a Lease handle makes (FenceClient has them). */
@@ -14,7 +15,7 @@ export type LeaseApi = {
   release(leaseId: string): Promise<void>;
   /** The audit log, asked why a lease was lost when the gateway's answer does not say. */
   audit?: AuditReader;
-};
+} & Partial<TransactionApi>;
 
 export type LeaseOptions = {
   /**
@@ -148,6 +149,64 @@ export class Lease implements AsyncDisposable {
     return fencingTokenClient(client, this);
   }
 
+  /**
+   * Opens a fenced transaction under this lease and returns its handle: writes sent through it
+   * (`tx.bind(command)`, `tx.s3(client)`, `tx.plugin()`) are staged, and become visible all
+   * together at `tx.commit()`, or none at `tx.abort()`. `transaction(fn)` does the commit and
+   * the abort for you.
+   */
+  async openTransaction(): Promise<Transaction> {
+    this.throwIfLost();
+    const api = this.#transactionApi();
+    const record = await api.openTransaction(this.leaseId, { signal: this.#controller.signal });
+    return new Transaction(this, api, record);
+  }
+
+  /**
+   * Runs `fn` inside a fenced transaction of this lease: opens it, gives `fn` its handle `tx`
+   * (send writes with `tx.bind(command)` or through `tx.s3(client)`; they are invisible to other
+   * readers meanwhile), and when `fn`'s promise settles:
+   * - resolves: commits, and resolves with `{ value, commit }`: `value` is what `fn` returned,
+   *   `commit` the gateway's answer (`transactionId`, `token`, and every object made visible);
+   * - rejects: aborts (best effort; an abort that fails is not reported) and rejects with `fn`'s
+   *   error. Nothing of the transaction is visible.
+   *
+   * If the lease is lost meanwhile, it rejects at once with the LeaseLostError (without waiting
+   * for `fn`, as `using()` does); the gateway aborts the transaction with its lease. A refused
+   * commit rejects with the gateway's error (StaleFencingTokenError, LeaseLostError with code
+   * LeaseExpired, TransactionAbortedError): nothing is visible. A commit whose outcome is
+   * unknown rejects with an OutcomeUnknownError, which is not a refusal: it may have committed.
+   * Commit again to learn the outcome (it is idempotent): `tx.commit()`, or
+   * `client.commitTransaction(error.transactionId)`.
+   *
+   *     const { value, commit } = await lease.transaction(async (tx) => {
+   *       await s3.send(tx.bind(new PutObjectCommand({ Bucket, Key: "data", Body })));
+   *       await s3.send(tx.bind(new PutObjectCommand({ Bucket, Key: "index", Body: index })));
+   *       return index.length;
+   *     });
+   */
+  async transaction<T>(fn: (tx: Transaction) => Promise<T> | T): Promise<TransactionResult<T>> {
+    const tx = await this.openTransaction();
+    let value: T;
+    try {
+      const work = Promise.resolve().then(() => fn(tx));
+      const lost = new Promise<never>((_, reject) => {
+        const fail = () => reject(this.signal.reason);
+        if (this.signal.aborted) fail();
+        else this.signal.addEventListener("abort", fail, { once: true });
+      });
+      // Whichever loses the race must not become an unhandled rejection.
+      work.catch(() => undefined);
+      lost.catch(() => undefined);
+      value = await Promise.race([work, lost]);
+    } catch (e) {
+      await tx.abort().catch(() => undefined);
+      throw e;
+    }
+    const commit = await tx.commit();
+    return { value, commit };
+  }
+
   /** Renews now (the background renewal does this by itself). */
   async renew(ttlMs?: number): Promise<LeaseRecord> {
     this.throwIfLost();
@@ -190,6 +249,14 @@ export class Lease implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.release();
+  }
+
+  #transactionApi(): TransactionApi {
+    const api = this.#api;
+    if (!api.openTransaction || !api.transactionState || !api.commitTransaction || !api.abortTransaction) {
+      throw new Error("this Lease handle's API has no transaction calls (give it a FenceClient)");
+    }
+    return api as TransactionApi;
   }
 
   #renewed(record: LeaseRecord, sentAt: number): void {

@@ -23,6 +23,9 @@ export const FENCED_COMMANDS: readonly string[] = [
 /** The request header a write carries its fencing token in (contract: "Carrying a fencing token"). */
 export const FENCE_TOKEN_HEADER = "x-fence-token";
 
+/** The request header that joins a write to a fenced transaction (contract: "Fenced transactions"). */
+export const FENCE_TRANSACTION_HEADER = "x-fence-transaction";
+
 /**
  * What holds a fencing token: a Lease handle, or anything shaped like one. `throwIfLost()` is
  * called before each write, so that a write after the lease was lost fails without being sent.
@@ -31,6 +34,13 @@ export type TokenHolder = {
   readonly fencingToken: string;
   readonly leaseId?: string;
   readonly token?: number;
+  /**
+   * A fenced transaction's id (a Transaction handle): every write then also carries
+   * `x-fence-transaction` and is staged in the transaction, and every read carries it while
+   * `transactionOpen` is not false, so that it sees the transaction's staged state.
+   */
+  readonly transactionId?: string;
+  readonly transactionOpen?: boolean;
   throwIfLost(): void;
 };
 
@@ -86,11 +96,26 @@ function tokenOf(source: TokenSource): string | undefined {
   return source.fencingToken;
 }
 
+/**
+ * The transaction a request joins (writes, after tokenOf checked the holder) or reads from (reads,
+ * while it is open): none for a plain token.
+ */
+function transactionOf(source: TokenSource, write: boolean): string | undefined {
+  if (typeof source !== "object" || source.transactionId === undefined) return undefined;
+  return write || source.transactionOpen !== false ? source.transactionId : undefined;
+}
+
 function sameSource(a: TokenSource | undefined, b: TokenSource): boolean {
   if (a === b) return true;
   if (a === undefined || typeof a !== "object" || typeof b !== "object") return false;
-  // Two handles of one lease (attach() twice) carry one token.
-  return a.leaseId !== undefined && a.leaseId === b.leaseId && a.fencingToken === b.fencingToken;
+  // Two handles of one lease (attach() twice) carry one token; a transaction of the lease is
+  // another source (its writes are staged, the lease's are not).
+  return (
+    a.leaseId !== undefined &&
+    a.leaseId === b.leaseId &&
+    a.fencingToken === b.fencingToken &&
+    a.transactionId === b.transactionId
+  );
 }
 
 /** A source named for an error message, never with the token string itself (it is a live credential). */
@@ -99,11 +124,33 @@ function describe(source: TokenSource | undefined): string {
   if (typeof source === "string") return "a token string";
   if (typeof source === "function") return "a token function";
   const token = source.token !== undefined ? ` (token ${source.token})` : "";
-  return source.leaseId !== undefined ? `lease ${source.leaseId}${token}` : `a token holder${token}`;
+  const what = source.leaseId !== undefined ? `lease ${source.leaseId}${token}` : `a token holder${token}`;
+  return source.transactionId !== undefined ? `transaction ${source.transactionId} of ${what}` : what;
 }
 
 function requestHeaders(args: BuildHandlerArguments<object>): Record<string, string> | undefined {
   return (args.request as { headers?: Record<string, string> } | undefined)?.headers;
+}
+
+/**
+ * Puts the source's token on a write, and its transaction (if any) on any request; a write from
+ * a lost lease or an ended transaction throws here, before anything is sent. True when it set
+ * a header.
+ */
+function stamp(
+  source: TokenSource,
+  commandName: string | undefined,
+  args: BuildHandlerArguments<object>,
+): boolean {
+  const write = commandName !== undefined && FENCED.has(commandName);
+  const token = write ? tokenOf(source) : undefined;
+  const transaction = commandName !== undefined ? transactionOf(source, write) : undefined;
+  const headers = requestHeaders(args);
+  if (!headers) return false;
+  if (token !== undefined) headers[FENCE_TOKEN_HEADER] = token;
+  if (transaction !== undefined && (token !== undefined || !write))
+    headers[FENCE_TRANSACTION_HEADER] = transaction;
+  return token !== undefined || transaction !== undefined;
 }
 
 /**
@@ -140,6 +187,10 @@ function addOnce(
  * With a Lease handle, a write after the lease was lost or released fails at once with the
  * lease's error instead of being sent. A command bound to a token (`lease.bind`) keeps its own.
  *
+ * With a Transaction handle (`tx.plugin()`), every write also carries `x-fence-transaction` and is
+ * staged in the transaction, and every read carries it while the transaction is open (it then
+ * sees the staged writes); a write after the transaction ended fails without being sent.
+ *
  *     const s3 = new S3Client(config);
  *     s3.middlewareStack.use(fencingTokenPlugin(lease));
  */
@@ -147,11 +198,7 @@ export function fencingTokenPlugin(source: TokenSource): Pluggable<object, Metad
   const middleware: BuildMiddleware<object, MetadataBearer> =
     (next: BuildHandler<object, MetadataBearer>, context: HandlerExecutionContext) =>
     async (args: BuildHandlerArguments<object>) => {
-      if (context.commandName && FENCED.has(context.commandName) && !context[BOUND_MARK]) {
-        const token = tokenOf(source);
-        const headers = requestHeaders(args);
-        if (token !== undefined && headers) headers[FENCE_TOKEN_HEADER] = token;
-      }
+      if (!context[BOUND_MARK]) stamp(source, context.commandName, args);
       return next(args);
     };
   return {
@@ -201,14 +248,7 @@ export function bindFencingToken<C extends CommandWithStack>(command: C, source:
         throw new FencingTokenConflictError(REUSED_HANDLER);
       }
       ran = true;
-      if (context.commandName && FENCED.has(context.commandName)) {
-        const token = tokenOf(source);
-        const headers = requestHeaders(args);
-        if (token !== undefined && headers) {
-          headers[FENCE_TOKEN_HEADER] = token;
-          context[BOUND_MARK] = true;
-        }
-      }
+      if (stamp(source, context.commandName, args)) context[BOUND_MARK] = true;
       return next(args);
     };
   };

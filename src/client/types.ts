@@ -61,6 +61,8 @@ export type AuditQuery = {
   key?: string;
   prefix?: string;
   leaseId?: string;
+  /** Records of this fenced transaction: its staged writes and its commit or abort. */
+  transactionId?: string;
   decision?: string;
   op?: string;
   since?: string;
@@ -82,3 +84,37 @@ export type Delegate = {
 
 /** A new delegate with its secret (shown only once): hand both to the worker. */
 export type NewDelegate = Delegate & { secretAccessKey: string };
+
+/** A transaction as the lease API answers its opening (POST …/leases/{leaseId}/transactions). */
+export type TransactionRecord = {
+  transactionId: string;
+  leaseId: string;
+  /** The lease's token number: the one every write of the transaction carries. */
+  token: number;
+  bucket: string;
+  /** When the transaction ends (aborted) unless committed: it ends with its lease. */
+  expiresAt: string;
+};
+
+/** One object of a transaction: a write (its ETag) or a delete. */
+export type TransactionObject = { key: string; etag: string } | { key: string; deleted: true };
+
+export type TransactionState = "open" | "committed" | "aborted";
+
+/** GET /_fence/v1/transactions/{id}. */
+export type TransactionView = TransactionRecord & {
+  state: TransactionState;
+  objects: TransactionObject[];
+  /** Why it was aborted (e.g. LeaseLost, StaleFencingToken), when it was. */
+  reason?: string;
+};
+
+/**
+ * The answer of a commit (POST /_fence/v1/transactions/{id}/commit): every object of the
+ * transaction is now visible, each with the token it was written with.
+ */
+export type TransactionCommit = {
+  transactionId: string;
+  token: number;
+  objects: TransactionObject[];
+};

@@ -101,6 +101,9 @@ describe("--help", () => {
       "audit",
       "audit export",
       "run",
+      "transaction show",
+      "transaction commit",
+      "transaction abort",
       "backend verify",
     ]) {
       expect(names).toContain(expected);
@@ -112,13 +115,13 @@ describe("--help", () => {
     }
     // The exit codes are documented in the top-level help.
     const top = results.find(({ path }) => path.length === 0)!.r.stdout;
-    for (const code of ["0 ", "1 ", "2 ", "69", "75", "76", "77", "80", "81", "82"]) {
+    for (const code of ["0 ", "1 ", "2 ", "69", "75", "76", "77", "80", "81", "82", "83", "84"]) {
       expect(top).toMatch(new RegExp(`^ {2}${code}`, "m"));
     }
   }, 240_000);
 
   it("a group without its subcommand prints its usage on stderr and exits 2", async () => {
-    for (const args of [[], ["lease"], ["lease", "delegates"], ["pools"], ["backend"]]) {
+    for (const args of [[], ["lease"], ["lease", "delegates"], ["pools"], ["transaction"], ["backend"]]) {
       const r = await cli(args);
       expect({ args, code: r.code, stdout: r.stdout }).toEqual({ args, code: 2, stdout: "" });
       expect(r.stderr).toContain("Usage: fencegate");
