@@ -45,7 +45,7 @@ describe("a gateway that stops between staging and commit", () => {
     const tx = await openTransaction(gw, lease.leaseId);
     expect((await putIn(gw, lease, tx.transactionId, "restart", "out/big", "x".repeat(300_000))).status).toBe(200);
     expect((await putIn(gw, lease, tx.transactionId, "restart", "out/small", "small")).status).toBe(200);
-    expect(blobs().length).toBe(before.length + 1);
+    expect(blobs().length).toBe(before.length + 2);
     await gw.kill("SIGKILL");
 
     gw = await spawnGateway(dataDir);
