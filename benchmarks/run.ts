@@ -78,7 +78,8 @@ const suites: Array<[string, () => Promise<Row[]>]> = [
   ["round-trips", () => roundTripBench({ quick })],
   [
     "transactions",
-    () => transactionBench({ rounds: quick ? 1 : 3, sizes: quick ? [1, 10] : [1, 10, 1000], concurrency: 16 }),
+    () =>
+      transactionBench({ rounds: quick ? 1 : 3, sizes: quick ? [1, 10] : [1, 10, 1000], concurrency: 16 }),
   ],
 ];
 

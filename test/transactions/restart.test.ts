@@ -43,7 +43,9 @@ describe("a gateway that stops between staging and commit", () => {
     const lease = await leases.acquire({ bucket: "restart", prefix: "out/", ttlMs: 60_000 });
     const before = blobs();
     const tx = await openTransaction(gw, lease.leaseId);
-    expect((await putIn(gw, lease, tx.transactionId, "restart", "out/big", "x".repeat(300_000))).status).toBe(200);
+    expect((await putIn(gw, lease, tx.transactionId, "restart", "out/big", "x".repeat(300_000))).status).toBe(
+      200,
+    );
     expect((await putIn(gw, lease, tx.transactionId, "restart", "out/small", "small")).status).toBe(200);
     expect(blobs().length).toBe(before.length + 2);
     await gw.kill("SIGKILL");
@@ -64,13 +66,21 @@ describe("a gateway that stops between staging and commit", () => {
     const lease = await leases.acquire({ bucket: "restart", prefix: "term/", ttlMs: 60_000 });
     const before = blobs();
     const tx = await openTransaction(gw!, lease.leaseId);
-    expect((await putIn(gw!, lease, tx.transactionId, "restart", "term/a", "y".repeat(300_000))).status).toBe(200);
+    expect((await putIn(gw!, lease, tx.transactionId, "restart", "term/a", "y".repeat(300_000))).status).toBe(
+      200,
+    );
     await gw!.kill("SIGTERM");
     expect(blobs()).toEqual(before);
     gw = await spawnGateway(dataDir);
-    const records = await new FenceClient({ endpoint: gw.url, ...CREDENTIALS }).audit({ leaseId: lease.leaseId });
+    const records = await new FenceClient({ endpoint: gw.url, ...CREDENTIALS }).audit({
+      leaseId: lease.leaseId,
+    });
     const end = records.records.find((r) => r.op === "TransactionAborted");
-    expect(end).toMatchObject({ reason: "GatewayShutdown", transactionId: tx.transactionId, keys: ["term/a"] });
+    expect(end).toMatchObject({
+      reason: "GatewayShutdown",
+      transactionId: tx.transactionId,
+      keys: ["term/a"],
+    });
     expect(await getBody(gw, "restart", "term/a")).toBeNull();
   });
 });

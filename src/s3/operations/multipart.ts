@@ -10,9 +10,9 @@ import {
   type S3Response,
 } from "../protocol/context.js";
 import { copySource } from "../protocol/copy-source.js";
+import { fenceTransactionOf } from "../protocol/fence-token.js";
 import { metadataFromRequest } from "../protocol/object-headers.js";
 import { textParam } from "../protocol/query.js";
-import { fenceTransactionOf } from "../protocol/fence-token.js";
 import { readBounded, requireDeclaredLength } from "../protocol/request-body.js";
 import type { XmlNode } from "../protocol/xml.js";
 import { children, malformed, parseXmlDocument, text } from "../protocol/xml-input.js";
