@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
 import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
-import { expectS3Error, objectPath, signedRequest } from "../support/signed-http.js";
+import { expectS3Error, objectPath, presign, rawRequest, signedRequest } from "../support/signed-http.js";
 import { sleep, waitFor } from "../support/wait.js";
 import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
 
@@ -352,6 +352,27 @@ describe("a transaction on the embedded default", () => {
       query: { uploads: "" },
     });
     expect(uploads.text).not.toContain(uploadId);
+    await gw.leases.release(lease.leaseId);
+  });
+
+  it("stages a write through a presigned URL that carries the token and the transaction", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "job12/", ttlMs: 30_000 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    const target = await presign(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "job12/presigned"),
+      query: { "x-fence-token": lease.fencingToken, "x-fence-transaction": tx.transactionId },
+    });
+    const put = await rawRequest(gw.url, {
+      method: "PUT",
+      path: target,
+      headers: { "content-length": "9" },
+      body: "presigned",
+    });
+    expect(put.status, put.text).toBe(200);
+    expect(await getBody(gw, bucket, "job12/presigned")).toBeNull();
+    expect((await api(gw, "POST", `/transactions/${tx.transactionId}/commit`)).status).toBe(200);
+    expect(await getBody(gw, bucket, "job12/presigned")).toBe("presigned");
     await gw.leases.release(lease.leaseId);
   });
 
