@@ -208,14 +208,33 @@ async function stage<S>(
       "transactions need a backend that commits in atomic steps (the embedded filesystem backend); this bucket's backend does not offer them yet",
     );
   }
-  const checked = await runStep(port, ref, { op: "check", inStep: () => transaction.admit() }, commit);
-  transaction.stage({
+  const write: StagedWrite = {
     ref,
     port: port as StepPort<unknown>,
     change: spec.op === "put" ? { op: "put", version: spec.version } : { op: "delete" },
     commit,
-  });
-  return { ...checked, wrote: false };
+  };
+  // Kept in the same step as its checks and its audit record: the transaction holds exactly the
+  // writes whose staging committed, and a commit that starts meanwhile either has it or refuses it.
+  let staged: ReturnType<TransactionSink["stage"]> | undefined;
+  try {
+    const checked = await runStep(
+      port,
+      ref,
+      {
+        op: "check",
+        inStep: () => {
+          staged = transaction.stage(write);
+        },
+      },
+      commit,
+    );
+    await staged?.kept();
+    return { ...checked, wrote: false };
+  } catch (e) {
+    staged?.undo();
+    throw e;
+  }
 }
 
 /** What one staged write did in its transaction's commit. */

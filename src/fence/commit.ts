@@ -101,12 +101,12 @@ export type StagedWrite = {
 export interface TransactionSink {
   readonly transactionId: string;
   /**
-   * Inside the staging write's step, after its checks: throws (and the step changes nothing) when
-   * the transaction can no longer take writes.
+   * Inside the staging write's step, after its checks: keeps the write for the commit (in place of
+   * an earlier write of the same key), or throws (and the step changes nothing) when the
+   * transaction can no longer take it. `kept()` once the step is durable (the replaced write's
+   * bytes are removed); `undo()` when it is not (the transaction is as it was before).
    */
-  admit(): void;
-  /** After the staging step: the write is kept for the commit (throws like admit()). */
-  stage(write: StagedWrite): void;
+  stage(write: StagedWrite): { kept(): Promise<void>; undo(): void };
 }
 
 /**

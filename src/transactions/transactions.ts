@@ -83,6 +83,8 @@ type Transaction = {
   staged: Map<string, StagedWrite>;
   result?: CommitAnswer;
   committing?: Promise<CommitAnswer>;
+  /** The TransactionCommitted record the audit log has not taken yet (a log outside the step). */
+  unrecorded?: AuditDraft;
   /** When the transaction ended; finished ones are forgotten after FORGET_AFTER_MS. */
   endedAt?: number;
 };
@@ -178,7 +180,6 @@ export class Transactions {
     this.assertOpen(tx);
     return {
       transactionId: id,
-      admit: () => this.assertOpen(tx),
       stage: (write) => {
         this.assertOpen(tx);
         const previous = tx.staged.get(key);
@@ -190,8 +191,17 @@ export class Transactions {
           );
         }
         tx.staged.set(key, write);
-        // The same key written again in the transaction: its earlier bytes will never be committed.
-        if (previous) discard(previous);
+        return {
+          // The same key written again in the transaction: its earlier bytes will never be committed.
+          kept: async () => {
+            if (previous) await discard(previous);
+          },
+          undo: () => {
+            if (tx.staged.get(key) !== write) return;
+            if (previous) tx.staged.set(key, previous);
+            else tx.staged.delete(key);
+          },
+        };
       },
     };
   }
@@ -202,7 +212,10 @@ export class Transactions {
    */
   async commit(id: string, caller: Caller): Promise<CommitAnswer> {
     const tx = this.find(id, caller);
-    if (tx.state === "committed") return tx.result!;
+    if (tx.state === "committed") {
+      await this.recordCommit(tx);
+      return tx.result!;
+    }
     if (tx.state === "committing") return tx.committing!;
     if (tx.state === "aborted") throw aborted(tx);
     tx.state = "committing";
@@ -279,11 +292,11 @@ export class Transactions {
       tx.result = result!;
       tx.endedAt = clock();
       if (!recorded) {
-        await audit
-          .appendOnce(this.record(tx, "TransactionCommitted", caller, "accepted", null), `${tx.id} end`)
-          .catch((err) =>
-            this.opts.log?.warn({ err, transactionId: tx.id }, "transaction record not appended"),
-          );
+        // The log is elsewhere (Redis): the record follows the step. Nothing is answered as done
+        // without it: a log that does not take it makes the answer "unknown", and a repeated
+        // commit appends it (once) before answering.
+        tx.unrecorded = this.record(tx, "TransactionCommitted", caller, "accepted", null);
+        await this.recordCommit(tx);
       }
       return result!;
     } catch (err) {
@@ -302,6 +315,23 @@ export class Transactions {
       );
     } finally {
       for (const intent of intents) await store.endCommit(intent.intentId).catch(() => undefined);
+    }
+  }
+
+  /** Appends a committed transaction's record if it is still owed; 503 "unknown" when the log does not take it. */
+  private async recordCommit(tx: Transaction): Promise<void> {
+    const draft = tx.unrecorded;
+    if (!draft) return;
+    try {
+      await this.opts.audit.appendOnce(draft, `${tx.id} end`);
+      tx.unrecorded = undefined;
+    } catch (cause) {
+      throw new DomainError(
+        "ServiceUnavailable",
+        `transaction ${tx.id} is committed, but the audit log did not take its record: commit it again to have it recorded`,
+        { outcome: "unknown", transactionId: tx.id },
+        { cause },
+      );
     }
   }
 

@@ -376,6 +376,47 @@ describe("a transaction on the embedded default", () => {
     await gw.leases.release(lease.leaseId);
   });
 
+  it("a write racing the commit is either in it (recorded, visible) or refused (no accepted record)", async () => {
+    for (let round = 0; round < 5; round++) {
+      const prefix = `race${round}/`;
+      const lease = await gw.leases.acquire({ bucket, prefix, ttlMs: 30_000 });
+      const tx = await openTransaction(gw, lease.leaseId);
+      const keys = Array.from({ length: 40 }, (_, i) => `${prefix}k${i}`);
+      const writes = keys.map(async (key, i) => {
+        await sleep(i * 0.5);
+        return [key, (await putIn(gw, lease, tx.transactionId, bucket, key, key)).status] as const;
+      });
+      await sleep(8);
+      const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+      expect(commit.status, commit.text).toBe(200);
+      const answered = await Promise.all(writes);
+      const committed = (commit.json.objects as { key: string }[]).map((o) => o.key).sort();
+      const accepted = answered
+        .filter(([, status]) => status === 200)
+        .map(([key]) => key)
+        .sort();
+      expect(accepted).toEqual(committed);
+      for (const [key, status] of answered) {
+        expect(await getBody(gw, bucket, key), key).toBe(status === 200 ? key : null);
+      }
+      const audit = await signedRequest(gw.url, {
+        method: "GET",
+        path: "/_fence/v1/audit",
+        query: { transactionId: tx.transactionId, limit: "1000" },
+      });
+      const records = (JSON.parse(audit.text) as { records: Array<Record<string, unknown>> }).records;
+      const recordedAccepted = records
+        .filter((r) => r.op === "PutObject" && r.decision === "accepted")
+        .map((r) => String(r.key))
+        .sort();
+      expect(recordedAccepted).toEqual(committed);
+      expect(records.find((r) => r.op === "TransactionCommitted")?.keys).toEqual(
+        (commit.json.objects as { key: string }[]).map((o) => o.key),
+      );
+      await gw.leases.release(lease.leaseId);
+    }
+  });
+
   it("records each staged write and the commit in the audit log, with the transaction id", async () => {
     const lease = await gw.leases.acquire({ bucket, prefix: "job8/", ttlMs: 30_000 });
     const tx = await openTransaction(gw, lease.leaseId);
