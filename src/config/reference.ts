@@ -85,6 +85,14 @@ const DOCS: Record<string, Doc> = {
   "tokens.keys.secret": { doc: "at least 16 characters", example: "at-least-16-characters-new" },
   "tokens.activeKeyId": { example: "k2" },
   leases: { doc: "Bounds of what a lease request may ask." },
+  transactions: {
+    doc: "Fenced transactions (docs/transactions.md): what one may stage, what all open ones may hold.",
+  },
+  "transactions.maxObjects": { doc: "objects staged in one transaction" },
+  "transactions.maxOpen": { doc: "transactions open at once on this gateway" },
+  "transactions.maxMemoryBytes": {
+    doc: "small staged bodies held in memory for all open transactions together; beyond, in files",
+  },
   pools: {
     doc: "Ownership groups: the keys under prefix spread over groups, leased per group.",
     example: "tiles",

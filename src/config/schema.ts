@@ -315,6 +315,19 @@ export const configSchema = z
       .strict()
       .refine((l) => l.minTtlMs <= l.maxTtlMs, { message: "minTtlMs must not exceed maxTtlMs" })
       .default({ minTtlMs: 500, maxTtlMs: 3_600_000, maxWaitMs: 60_000 }),
+    /** Fenced transactions: what one may stage, and what all open ones may hold. */
+    transactions: z
+      .object({
+        maxObjects: z.number().int().min(1).max(1_000_000).default(10_000),
+        maxOpen: z.number().int().min(1).default(10_000),
+        maxMemoryBytes: z
+          .number()
+          .int()
+          .min(0)
+          .default(256 * 1024 * 1024),
+      })
+      .strict()
+      .default({ maxObjects: 10_000, maxOpen: 10_000, maxMemoryBytes: 256 * 1024 * 1024 }),
     /** Ownership groups: the keys under `prefix` spread over `groups` groups, leased per group. */
     pools: z
       .record(

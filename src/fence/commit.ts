@@ -107,6 +107,12 @@ export interface TransactionSink {
    * bytes are removed); `undo()` when it is not (the transaction is as it was before).
    */
   stage(write: StagedWrite): { kept(): Promise<void>; undo(): void };
+  /**
+   * Whether a staged body of up to `bytes` may be held in memory until the transaction ends
+   * (counted against the gateway's budget for all open transactions); false: the backend keeps
+   * it in a file.
+   */
+  holdInMemory(bytes: number): boolean;
 }
 
 /**

@@ -134,6 +134,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     audit,
     clock,
     domainOf: (bucket) => backend.domainOf(bucket),
+    limits: config.transactions,
     log: log.child({ component: "transactions" }),
   });
   fencer.transactions = transactions;

@@ -57,9 +57,19 @@ export type TransactionLimits = {
   maxObjects: number;
   /** Transactions open at once on this gateway. */
   maxOpen: number;
+  /**
+   * Bytes of small staged bodies the backend may hold in memory for all open transactions
+   * together (each staged write counts its backend's largest in-memory body); beyond, staged
+   * bodies go to files.
+   */
+  maxMemoryBytes: number;
 };
 
-export const DEFAULT_TRANSACTION_LIMITS: TransactionLimits = { maxObjects: 10_000, maxOpen: 10_000 };
+export const DEFAULT_TRANSACTION_LIMITS: TransactionLimits = {
+  maxObjects: 10_000,
+  maxOpen: 10_000,
+  maxMemoryBytes: 256 * 1024 * 1024,
+};
 
 export type TransactionsOptions = {
   leases: LeaseService;
@@ -79,8 +89,12 @@ type Transaction = {
   domain: TxDomain;
   state: TransactionState | "committing";
   reason?: string;
+  /** Bytes this transaction counts against the memory budget, given back when it ends. */
+  memory: number;
   /** The last staged write of each key, in the order keys were first staged. */
   staged: Map<string, StagedWrite>;
+  /** Once ended: its objects as they were staged (the staged writes themselves are let go). */
+  objects?: TransactionObject[];
   result?: CommitAnswer;
   committing?: Promise<CommitAnswer>;
   /** The TransactionCommitted record the audit log has not taken yet (a log outside the step). */
@@ -94,6 +108,8 @@ const FORGET_AFTER_MS = 60 * 60 * 1000;
 
 export class Transactions {
   private readonly open = new Map<string, Transaction>();
+  /** Bytes held in memory for open transactions' staged bodies (TransactionSink.holdInMemory). */
+  private memoryHeld = 0;
   private readonly limits: TransactionLimits;
 
   constructor(private readonly opts: TransactionsOptions) {
@@ -133,6 +149,7 @@ export class Transactions {
       domain,
       state: "open",
       staged: new Map(),
+      memory: 0,
     };
     this.open.set(tx.id, tx);
     return this.view(tx);
@@ -180,6 +197,12 @@ export class Transactions {
     this.assertOpen(tx);
     return {
       transactionId: id,
+      holdInMemory: (bytes) => {
+        if (tx.state !== "open" || this.memoryHeld + bytes > this.limits.maxMemoryBytes) return false;
+        this.memoryHeld += bytes;
+        tx.memory += bytes;
+        return true;
+      },
       stage: (write) => {
         this.assertOpen(tx);
         const previous = tx.staged.get(key);
@@ -291,11 +314,13 @@ export class Transactions {
       tx.state = "committed";
       tx.result = result!;
       tx.endedAt = clock();
-      if (!recorded) {
+      const draft = recorded ? undefined : this.record(tx, "TransactionCommitted", caller, "accepted", null);
+      this.letGo(tx);
+      if (draft) {
         // The log is elsewhere (Redis): the record follows the step. Nothing is answered as done
         // without it: a log that does not take it makes the answer "unknown", and a repeated
         // commit appends it (once) before answering.
-        tx.unrecorded = this.record(tx, "TransactionCommitted", caller, "accepted", null);
+        tx.unrecorded = draft;
         await this.recordCommit(tx);
       }
       return result!;
@@ -358,10 +383,24 @@ export class Transactions {
     tx.reason = reason;
     tx.endedAt = this.opts.clock();
     const staged = [...tx.staged.values()];
+    const draft = this.record(tx, "TransactionAborted", caller, decision, reason);
+    this.letGo(tx);
     await Promise.all(staged.map(discard));
     await this.opts.audit
-      .appendOnce(this.record(tx, "TransactionAborted", caller, decision, reason), `${tx.id} end`)
+      .appendOnce(draft, `${tx.id} end`)
       .catch((err) => this.opts.log?.warn({ err, transactionId: tx.id }, "transaction record not appended"));
+  }
+
+  /**
+   * An ended transaction keeps only what its state query shows (its objects' keys and ETags):
+   * its staged versions (bodies held in memory among them) are let go, and its share of the
+   * memory budget given back.
+   */
+  private letGo(tx: Transaction): void {
+    tx.objects = objectsOf(tx.staged);
+    tx.staged = new Map();
+    this.memoryHeld -= tx.memory;
+    tx.memory = 0;
   }
 
   private record(
@@ -419,7 +458,7 @@ export class Transactions {
       bucket: tx.lease.bucket,
       state,
       expiresAt: new Date(tx.lease.expiresAt).toISOString(),
-      objects: tx.result?.objects ?? objectsOf(tx.staged),
+      objects: tx.result?.objects ?? tx.objects ?? objectsOf(tx.staged),
       ...(tx.reason !== undefined ? { reason: tx.reason } : {}),
     };
   }

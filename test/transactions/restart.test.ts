@@ -47,7 +47,7 @@ describe("a gateway that stops between staging and commit", () => {
       200,
     );
     expect((await putIn(gw, lease, tx.transactionId, "restart", "out/small", "small")).status).toBe(200);
-    expect(blobs().length).toBe(before.length + 2);
+    expect(blobs().length).toBe(before.length + 1);
     await gw.kill("SIGKILL");
 
     gw = await spawnGateway(dataDir);

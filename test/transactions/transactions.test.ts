@@ -107,8 +107,7 @@ describe("a transaction on the embedded default", () => {
       200,
     );
     expect((await putIn(gw, lease, tx.transactionId, bucket, "job2/b", "small")).status).toBe(200);
-    // Small or not, a staged body is a blob file (not held in memory for the transaction's life).
-    expect(blobFiles().length).toBe(before.length + 2);
+    expect(blobFiles().length).toBe(before.length + 1);
     const aborted = await api(gw, "DELETE", `/transactions/${tx.transactionId}`);
     expect(aborted.status).toBe(204);
     expect(blobFiles()).toEqual(before);
@@ -414,6 +413,37 @@ describe("a transaction on the embedded default", () => {
         (commit.json.objects as { key: string }[]).map((o) => o.key),
       );
       await gw.leases.release(lease.leaseId);
+    }
+  });
+
+  it("holds small staged bodies in memory only within the budget of all open transactions", async () => {
+    // Room for one small body (each counts the backend's largest in-memory body, 64 KiB).
+    const small = await startTestGateway({ overrides: { transactions: { maxMemoryBytes: 70_000 } } });
+    try {
+      await makeBucket(small, bucket);
+      const files = () => readdirSync(join(small.dataDir, "blobs"), { recursive: true }).length;
+      const lease = await small.leases.acquire({ bucket, prefix: "mem/", ttlMs: 30_000 });
+      const first = await openTransaction(small, lease.leaseId);
+      const before = files();
+      for (const key of ["mem/a", "mem/b", "mem/c"]) {
+        expect((await putIn(small, lease, first.transactionId, bucket, key, "tiny")).status).toBe(200);
+      }
+      const afterFirst = files();
+      expect(afterFirst).toBeGreaterThan(before);
+      expect((await api(small, "POST", `/transactions/${first.transactionId}/commit`)).status).toBe(200);
+      for (const key of ["mem/a", "mem/b", "mem/c"]) expect(await getBody(small, bucket, key)).toBe("tiny");
+      // The committed transaction gave its share back: the next one holds a small body in memory again.
+      const second = await openTransaction(small, lease.leaseId);
+      const beforeSecond = files();
+      expect((await putIn(small, lease, second.transactionId, bucket, "mem/d", "tiny")).status).toBe(200);
+      expect(files()).toBe(beforeSecond);
+      expect((await putIn(small, lease, second.transactionId, bucket, "mem/e", "tiny")).status).toBe(200);
+      expect(files()).toBeGreaterThan(beforeSecond);
+      expect((await api(small, "POST", `/transactions/${second.transactionId}/commit`)).status).toBe(200);
+      expect(await getBody(small, bucket, "mem/d")).toBe("tiny");
+      expect(await getBody(small, bucket, "mem/e")).toBe("tiny");
+    } finally {
+      await small.stop();
     }
   });
 

@@ -165,9 +165,10 @@ export class FsBackend implements StorageBackend {
     this.assertOpen();
     const { bucket, key, body } = input;
     // No await before this call: the body must be read (and its errors listened to) at once.
-    // A write staged in a transaction keeps its bytes in a blob file, not in memory, however
-    // small: a transaction may hold thousands of them for as long as its lease lasts.
-    const inlineMax = commit.transaction ? 0 : this.inlineMaxBytes;
+    // A write staged in a transaction holds a small body in memory until the transaction ends
+    // only within the gateway's budget for all open transactions; beyond it, in a blob file.
+    const inlineMax =
+      !commit.transaction || commit.transaction.holdInMemory(this.inlineMaxBytes) ? this.inlineMaxBytes : 0;
     const taken = await takeBody(body.stream, inlineMax, this.blobs);
     const version: FsVersion = {
       body: taken.inline !== undefined ? { inline: taken.inline } : { blob: taken.blob },
