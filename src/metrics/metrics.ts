@@ -1,5 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
-import type { CallOutcome, LeaseEvent, WaitOutcome } from "./observe.js";
+import type { CallOutcome, LeaseEvent, TransactionOutcome, WaitOutcome } from "./observe.js";
 
 /**
  * The Prometheus metrics of one gateway (docs/operations.md, "Metrics"). Each gateway has a registry of its
@@ -113,6 +113,15 @@ export function createMetrics(info: { gatewayId: string; version: string }) {
     ["backend", "operation"],
     LATENCY_BUCKETS,
   );
+  const transactions = counter(
+    "fencegate_transactions_total",
+    "Fenced transactions ended on this gateway, by outcome: committed, refused (its commit refused: nothing visible), aborted (by its client, its lease ending, a shutdown), unknown (a commit answered 503 x-fence-outcome: unknown).",
+    ["outcome"],
+  );
+  const openTransactions = gauge(
+    "fencegate_transactions_open",
+    "Fenced transactions open on this gateway, at scrape time.",
+  );
   const batchSize = histogram(
     "fencegate_group_commit_batch_size",
     "Steps (writes, lease events, audit records) committed together by one transaction and fsync of the embedded store.",
@@ -184,6 +193,9 @@ export function createMetrics(info: { gatewayId: string; version: string }) {
       storeCalls.inc({ backend, operation, outcome });
       storeSeconds.observe({ backend, operation }, seconds);
     },
+    transaction(outcome: TransactionOutcome): void {
+      transactions.inc({ outcome });
+    },
     batch(steps: number): void {
       batchSize.observe(steps);
     },
@@ -193,7 +205,7 @@ export function createMetrics(info: { gatewayId: string; version: string }) {
     dependency(name: string, kind: string, up: boolean): void {
       dependencyUp.set({ dependency: name, kind }, up ? 1 : 0);
     },
-    gauges: { activeLeases, waiters, archiveLag, redisUp, redisEpoch },
+    gauges: { activeLeases, waiters, archiveLag, redisUp, redisEpoch, openTransactions },
     /** Exports the gauges of a Redis lease store, or of an audit log that archives. */
     enable(part: "redis" | "auditArchive"): void {
       const gauges: Array<[string, Gauge<string>]> =

@@ -9,6 +9,9 @@ export type LeaseEvent = "LeaseAcquired" | "LeaseRenewed" | "LeaseReleased" | "L
 /** How a wait for a held lease ended. */
 export type WaitOutcome = "granted" | "timeout" | "error";
 
+/** How a fenced transaction ended (a commit answered "unknown" may still be committed by a repeat). */
+export type TransactionOutcome = "committed" | "refused" | "aborted" | "unknown";
+
 /** A store call's outcome, in a handful of values an alert can name. */
 export type CallOutcome = "ok" | "not_found" | "conflict" | "throttled" | "timeout" | "error";
 

@@ -136,9 +136,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     domainOf: (bucket) => backend.domainOf(bucket),
     limits: config.transactions,
     log: log.child({ component: "transactions" }),
+    observe: (outcome) => metrics.transaction(outcome),
   });
   fencer.transactions = transactions;
-  wireMetrics(metrics, { leaseStore, audit, backends: components.backends.values(), leases });
+  wireMetrics(metrics, { leaseStore, audit, backends: components.backends.values(), leases, transactions });
   const apiOperation = apiOperations(openapi, API_BASE);
   // Without them (the lease store unreachable at start), delegates get 403 until they are re-issued.
   await leases.loadDelegates().catch((err) => log.warn({ err }, "lease delegates not loaded"));

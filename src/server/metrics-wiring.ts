@@ -22,6 +22,7 @@ export function wireMetrics(
     audit: AuditLog;
     backends: Iterable<StorageBackend>;
     leases: LeaseService;
+    transactions?: { openCount(): number };
   },
 ): void {
   const { leaseStore, audit, leases } = parts;
@@ -38,6 +39,9 @@ export function wireMetrics(
   });
   metrics.collect("waiters", async () => {
     metrics.gauges.waiters.set(leases.waiting());
+  });
+  metrics.collect("transactions", async () => {
+    metrics.gauges.openTransactions.set(parts.transactions?.openCount() ?? 0);
   });
   if (leaseStore.kind === "redis" || leaseStore.kind === "redlock") {
     metrics.enable("redis");

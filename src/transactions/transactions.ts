@@ -9,6 +9,7 @@ import { runTransactionStep } from "../fence/commit-driver.js";
 import { judgeLease, type LeaseClaims, leaseState, resourceOf } from "../leases/lease-rules.js";
 import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { CommitIntent, LeaseRecord, LeaseStore } from "../leases/lease-store.js";
+import type { TransactionOutcome } from "../metrics/observe.js";
 
 /**
  * Fenced transactions (contract: "Fenced transactions"): several writes under one lease become
@@ -80,6 +81,8 @@ export type TransactionsOptions = {
   domainOf(bucket: string): TxDomain | undefined;
   limits?: Partial<TransactionLimits>;
   log?: Logger;
+  /** Told how each transaction ended (metrics). */
+  observe?: (outcome: TransactionOutcome) => void;
 };
 
 type Transaction = {
@@ -258,6 +261,11 @@ export class Transactions {
     await this.end(tx, "ClientAbort", caller, "accepted");
   }
 
+  /** Transactions open on this gateway (metrics). */
+  openCount(): number {
+    return this.countOpen();
+  }
+
   /** Aborts the open transactions whose lease has ended (the gateway's periodic sweep). */
   async sweep(): Promise<void> {
     this.forgetEnded();
@@ -314,6 +322,7 @@ export class Transactions {
       tx.state = "committed";
       tx.result = result!;
       tx.endedAt = clock();
+      this.opts.observe?.("committed");
       const draft = recorded ? undefined : this.record(tx, "TransactionCommitted", caller, "accepted", null);
       this.letGo(tx);
       if (draft) {
@@ -332,6 +341,7 @@ export class Transactions {
       }
       // The step's outcome is not known (the database failed under it): neither committed nor refused.
       tx.state = "open";
+      this.opts.observe?.("unknown");
       throw new DomainError(
         "ServiceUnavailable",
         `the commit of transaction ${tx.id} may or may not have happened; the audit log will hold a TransactionCommitted record if it did`,
@@ -351,6 +361,7 @@ export class Transactions {
       await this.opts.audit.appendOnce(draft, `${tx.id} end`);
       tx.unrecorded = undefined;
     } catch (cause) {
+      this.opts.observe?.("unknown");
       throw new DomainError(
         "ServiceUnavailable",
         `transaction ${tx.id} is committed, but the audit log did not take its record: commit it again to have it recorded`,
@@ -381,6 +392,7 @@ export class Transactions {
     if (tx.state === "aborted" || tx.state === "committed") return;
     tx.state = "aborted";
     tx.reason = reason;
+    this.opts.observe?.(decision === "rejected" ? "refused" : "aborted");
     tx.endedAt = this.opts.clock();
     const staged = [...tx.staged.values()];
     const draft = this.record(tx, "TransactionAborted", caller, decision, reason);

@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
 import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
+import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
 import { expectS3Error, objectPath, presign, rawRequest, signedRequest } from "../support/signed-http.js";
 import { sleep, waitFor } from "../support/wait.js";
 import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
@@ -466,6 +467,28 @@ describe("a transaction on the embedded default", () => {
       ["TransactionCommitted", null, "accepted"],
     ]);
     expect(mine[2]!.keys).toEqual(["job8/a", "job8/b"]);
+    await gw.leases.release(lease.leaseId);
+  });
+});
+
+describe("metrics", () => {
+  it("count the transactions ended by outcome, and the open ones", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "metrics/", ttlMs: 30_000 });
+    const open = await openTransaction(gw, lease.leaseId);
+    const res = await fetch(`${gw.url}/_fence/v1/metrics`);
+    const families = parsePrometheusText(await res.text());
+    // The tests above committed, aborted and had commits refused.
+    expect(
+      sampleValue(families, "fencegate_transactions_total", { outcome: "committed" }),
+    ).toBeGreaterThanOrEqual(5);
+    expect(
+      sampleValue(families, "fencegate_transactions_total", { outcome: "refused" }),
+    ).toBeGreaterThanOrEqual(1);
+    expect(
+      sampleValue(families, "fencegate_transactions_total", { outcome: "aborted" }),
+    ).toBeGreaterThanOrEqual(2);
+    expect(sampleValue(families, "fencegate_transactions_open")).toBe(1);
+    expect((await api(gw, "DELETE", `/transactions/${open.transactionId}`)).status).toBe(204);
     await gw.leases.release(lease.leaseId);
   });
 });
