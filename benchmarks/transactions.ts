@@ -1,11 +1,11 @@
 /**
- * Fenced transactions on the embedded default: for transactions of 1, 10 and 1,000 objects of
+ * Fenced transactions on the embedded default and on the S3 backend: for transactions of 1, 10 and 1,000 objects of
  * 4 KiB, the commit's latency (the one POST .../commit, every staged write made visible in one
  * durable step) against one single fenced PUT's latency, and the whole job's throughput (stage
  * the objects with 16 clients, then commit) against the same objects written as single fenced
  * PUTs by 16 clients. Alternating rounds, medians.
  *
- *   npx tsx benchmarks/transactions.ts [--rounds 3] [--sizes 1,10,1000]
+ *   npx tsx benchmarks/transactions.ts [--rounds 3] [--sizes 1,10,1000] [--backends embedded,s3]
  */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -14,9 +14,15 @@ import { parseArgs } from "node:util";
 import { Endpoint, objectPath } from "./lib/http-client.js";
 import { alternate, median } from "./lib/load.js";
 import { type Row, table } from "./lib/report.js";
-import { FENCEGATE_CREDS, startFencegate } from "./lib/servers.js";
+import { FENCEGATE_CREDS, type Server, startFencegate } from "./lib/servers.js";
 
-export type TransactionBenchOptions = { rounds: number; sizes: number[]; concurrency: number };
+export type TransactionBenchOptions = {
+  rounds: number;
+  sizes: number[];
+  concurrency: number;
+  /** embedded: the default (fs backend, one SQLite file); s3: the S3 backend, in front of a fencegate on fs as the store. */
+  backends?: Array<"embedded" | "s3">;
+};
 
 const BODY = Buffer.alloc(4096, 7);
 const json = { "content-type": "application/json" };
@@ -100,12 +106,40 @@ async function singleJob(
 }
 
 export async function transactionBench(opts: TransactionBenchOptions): Promise<Row[]> {
-  const dir = mkdtempSync(join(tmpdir(), "fencegate-bench-tx-"));
-  const fg = await startFencegate(join(dir, "fg"));
-  const ep = new Endpoint("fencegate", fg.url, FENCEGATE_CREDS, opts.concurrency);
   const rows: Row[] = [];
+  for (const backend of opts.backends ?? ["embedded"]) rows.push(...(await benchBackend(backend, opts)));
+  return rows;
+}
+
+async function benchBackend(backend: "embedded" | "s3", opts: TransactionBenchOptions): Promise<Row[]> {
+  const dir = mkdtempSync(join(tmpdir(), "fencegate-bench-tx-"));
+  const servers: Server[] = [];
+  const rows: Row[] = [];
+  let ep: Endpoint | undefined;
   try {
-    await ep.ok({ method: "PUT", path: "/bench" });
+    if (backend === "s3") {
+      const store = await startFencegate(join(dir, "store"), { FENCEGATE_FENCING: "optional" }, "store");
+      servers.push(store);
+      servers.push(
+        await startFencegate(
+          join(dir, "gateway"),
+          {
+            FENCEGATE_BACKEND: "s3",
+            FENCEGATE_S3_ENDPOINT: store.url,
+            FENCEGATE_S3_ACCESS_KEY_ID: FENCEGATE_CREDS.accessKeyId,
+            FENCEGATE_S3_SECRET_ACCESS_KEY: FENCEGATE_CREDS.secretAccessKey,
+            FENCEGATE_S3_FORCE_PATH_STYLE: "true",
+          },
+          "gateway on s3",
+        ),
+      );
+      await new Endpoint("store", store.url, FENCEGATE_CREDS, 1).ok({ method: "PUT", path: "/bench" });
+    } else {
+      servers.push(await startFencegate(join(dir, "fg")));
+    }
+    ep = new Endpoint("fencegate", servers.at(-1)!.url, FENCEGATE_CREDS, opts.concurrency);
+    if (backend === "embedded") await ep.ok({ method: "PUT", path: "/bench" });
+    const where = backend === "s3" ? "S3 backend" : "embedded";
     // Warm the gateway's hot paths before measuring.
     await transactionJob(ep, 50, "warm-tx", opts.concurrency);
     await singleJob(ep, 50, "warm-single", opts.concurrency);
@@ -116,20 +150,20 @@ export async function transactionBench(opts: TransactionBenchOptions): Promise<R
       const results = await alternate(["transaction", "single"] as const, opts.rounds, async (target) => {
         const [jobMs, latency] =
           target === "transaction"
-            ? await transactionJob(ep, n, `tx-${n}-${run++}`, opts.concurrency)
-            : await singleJob(ep, n, `single-${n}-${run++}`, opts.concurrency);
+            ? await transactionJob(ep!, n, `tx-${n}-${run++}`, opts.concurrency)
+            : await singleJob(ep!, n, `single-${n}-${run++}`, opts.concurrency);
         (target === "transaction" ? commitMs : aloneMs).push(latency);
         return n / (jobMs / 1000);
       });
       rows.push({
-        name: `transaction of ${n} × 4 KiB: commit latency (median)`,
+        name: `transaction of ${n} × 4 KiB (${where}): commit latency (median)`,
         value: median(commitMs),
         baselineName: "one fenced PUT alone",
         baseline: median(aloneMs),
         unit: "ms",
       });
       rows.push({
-        name: `transaction of ${n} × 4 KiB: objects/s, staged by ${opts.concurrency} clients + commit`,
+        name: `transaction of ${n} × 4 KiB (${where}): objects/s, staged by ${opts.concurrency} clients + commit`,
         value: results.transaction.median,
         baselineName: `single fenced PUTs, ${opts.concurrency} clients`,
         baseline: results.single.median,
@@ -137,8 +171,8 @@ export async function transactionBench(opts: TransactionBenchOptions): Promise<R
       });
     }
   } finally {
-    ep.close();
-    await fg.stop();
+    ep?.close();
+    for (const s of servers.reverse()) await s.stop();
     rmSync(dir, { recursive: true, force: true });
   }
   return rows;
@@ -146,12 +180,17 @@ export async function transactionBench(opts: TransactionBenchOptions): Promise<R
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   const { values } = parseArgs({
-    options: { rounds: { type: "string", default: "3" }, sizes: { type: "string", default: "1,10,1000" } },
+    options: {
+      rounds: { type: "string", default: "3" },
+      sizes: { type: "string", default: "1,10,1000" },
+      backends: { type: "string", default: "embedded,s3" },
+    },
   });
   const rows = await transactionBench({
     rounds: Number(values.rounds),
     sizes: values.sizes!.split(",").map(Number),
     concurrency: 16,
+    backends: values.backends!.split(",") as Array<"embedded" | "s3">,
   });
   console.log(table(rows));
 }
