@@ -1,10 +1,9 @@
-import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { FenceClient } from "../../src/client/fence-client.js";
 import { LeaseClient } from "../../src/client/lease-client.js";
 import { CREDENTIALS, type GatewayProcess, spawnGateway, tempDir } from "../support/gateway.js";
-import { api, getBody, makeBucket, openTransaction, putIn } from "./support.js";
+import { api, filesUnder, getBody, makeBucket, openTransaction, putIn } from "./support.js";
 
 /**
  * A gateway killed (kill -9) between staging and commit: nothing of the transaction ever becomes
@@ -22,18 +21,7 @@ afterAll(async () => {
   sandbox.cleanup();
 });
 
-function blobs(): string[] {
-  const out: string[] = [];
-  const walk = (dir: string) => {
-    for (const name of readdirSync(dir)) {
-      const p = join(dir, name);
-      if (statSync(p).isDirectory()) walk(p);
-      else out.push(p);
-    }
-  };
-  walk(join(dataDir, "blobs"));
-  return out.sort();
-}
+const blobs = () => filesUnder(join(dataDir, "blobs"));
 
 describe("a gateway that stops between staging and commit", () => {
   it("kill -9: nothing becomes visible, the staged bytes are collected at the next start", async () => {

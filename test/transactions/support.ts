@@ -1,3 +1,5 @@
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
 import { expect } from "vitest";
 import type { LeaseRecord } from "../../src/client/types.js";
 import type { TestGateway } from "../support/gateway.js";
@@ -73,4 +75,15 @@ export async function listKeys(gw: { url: string }, bucket: string): Promise<str
 export async function makeBucket(gw: TestGateway | { url: string }, bucket: string): Promise<void> {
   const res = await signedRequest(gw.url, { method: "PUT", path: `/${bucket}` });
   expect(res.status, res.text).toBe(200);
+}
+
+/** Every file under a directory (the blob files of a data directory), sorted. */
+export function filesUnder(dir: string): string[] {
+  const out: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out.push(...filesUnder(p));
+    else out.push(p);
+  }
+  return out.sort();
 }

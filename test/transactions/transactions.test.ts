@@ -1,4 +1,3 @@
-import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
@@ -6,7 +5,7 @@ import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
 import { expectS3Error, objectPath, presign, rawRequest, signedRequest } from "../support/signed-http.js";
 import { sleep, waitFor } from "../support/wait.js";
-import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
+import { api, filesUnder, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
 
 checkLeaseApiResponses();
 
@@ -28,18 +27,7 @@ afterAll(async () => {
   await gw?.stop();
 });
 
-function blobFiles(): string[] {
-  const out: string[] = [];
-  const walk = (dir: string) => {
-    for (const name of readdirSync(dir)) {
-      const p = join(dir, name);
-      if (statSync(p).isDirectory()) walk(p);
-      else out.push(p);
-    }
-  };
-  walk(join(gw.dataDir, "blobs"));
-  return out.sort();
-}
+const blobFiles = () => filesUnder(join(gw.dataDir, "blobs"));
 
 describe("a transaction on the embedded default", () => {
   it("stages writes invisibly and commits them all in one step", async () => {
@@ -422,7 +410,7 @@ describe("a transaction on the embedded default", () => {
     const small = await startTestGateway({ overrides: { transactions: { maxMemoryBytes: 70_000 } } });
     try {
       await makeBucket(small, bucket);
-      const files = () => readdirSync(join(small.dataDir, "blobs"), { recursive: true }).length;
+      const files = () => filesUnder(join(small.dataDir, "blobs")).length;
       const lease = await small.leases.acquire({ bucket, prefix: "mem/", ttlMs: 30_000 });
       const first = await openTransaction(small, lease.leaseId);
       const before = files();

@@ -10,6 +10,7 @@ import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
+  ByteRange,
   CreateBucketOptions,
   DeleteObjectInput,
   DeleteObjectResult,
@@ -220,30 +221,27 @@ export class FsBackend implements StorageBackend {
     this.assertOpen();
     const version = staged as FsVersion;
     const served = resolveRange(range, version.size);
-    const { metadata } = version;
-    const info: ObjectInfo = {
-      key,
-      size: version.size,
-      etag: version.etag,
-      lastModified: new Date(version.lastModified),
-      headers: metadata.headers ?? {},
-      userMetadata: metadata.userMetadata ?? {},
-      ...(metadata.checksums ? { checksums: metadata.checksums } : {}),
-    };
-    let body: Readable;
-    if (version.body.inline !== undefined) {
-      const data = version.body.inline;
-      body = memoryBody(served ? data.subarray(served.start, served.end + 1) : data);
-    } else {
-      const handle = await this.blobs.openForRead(version.body.blob);
-      // Discarded meanwhile (the transaction ended): the read sees what a read outside it sees.
-      if (!handle) throw new DomainError("NoSuchKey", "The specified key does not exist.", { Key: key });
-      body = handle.createReadStream({
-        highWaterMark: READ_CHUNK_BYTES,
-        ...(served ? { start: served.start, end: served.end } : {}),
-      });
-    }
+    const info = infoOf(key, version.size, version.etag, version.lastModified, version.metadata);
+    const inline = version.body.inline;
+    const body =
+      inline !== undefined ? inlineBody(inline, served) : await this.blobBody(version.body.blob, served);
+    // Discarded meanwhile (the transaction ended): the read sees what a read outside it sees.
+    if (!body) throw new DomainError("NoSuchKey", "The specified key does not exist.", { Key: key });
     return served ? { info, body, range: served } : { info, body };
+  }
+
+  /**
+   * A blob's bytes (or the served range of them), null when the blob file is gone. The blob is
+   * immutable and the open descriptor keeps it readable after an unlink.
+   */
+  private async blobBody(blob: string, served: ByteRange | undefined): Promise<Readable | null> {
+    const handle = await this.blobs.openForRead(blob);
+    return handle
+      ? handle.createReadStream({
+          highWaterMark: READ_CHUNK_BYTES,
+          ...(served ? { start: served.start, end: served.end } : {}),
+        })
+      : null;
   }
 
   async getObject(bucket: string, key: string, range?: RangeRequest): Promise<GetObjectResult> {
@@ -252,22 +250,13 @@ export class FsBackend implements StorageBackend {
       const row = this.metadata.readRow(bucket, key);
       const served = resolveRange(range, row.size);
       const info = toObjectInfo(row);
-      if (row.blob === null) {
-        // Inline: the bytes came with the row, in the same read.
-        const data = row.inline_data ?? Buffer.alloc(0);
-        const body = memoryBody(served ? data.subarray(served.start, served.end + 1) : data);
-        return served ? { info, body, range: served } : { info, body };
-      }
-      const handle = await this.blobs.openForRead(row.blob);
-      if (handle) {
-        // The blob is immutable and the open descriptor keeps it readable after an unlink,
-        // so the body is exactly the version described by `row`.
-        const body = handle.createReadStream({
-          highWaterMark: READ_CHUNK_BYTES,
-          ...(served ? { start: served.start, end: served.end } : {}),
-        });
-        return served ? { info, body, range: served } : { info, body };
-      }
+      // Inline: the bytes came with the row, in the same read. A blob: exactly the version
+      // described by `row`, even if an overwrite unlinks it once opened.
+      const body =
+        row.blob === null
+          ? inlineBody(row.inline_data ?? Buffer.alloc(0), served)
+          : await this.blobBody(row.blob, served);
+      if (body) return served ? { info, body, range: served } : { info, body };
       if (this.metadata.currentBlob(bucket, key) === row.blob || attempt >= MAX_READ_ATTEMPTS) {
         throw new Error(`blob ${row.blob} of ${bucket}/${key} is missing from the data directory`);
       }
@@ -316,14 +305,26 @@ export class FsBackend implements StorageBackend {
 const READ_CHUNK_BYTES = 256 * 1024;
 
 function toObjectInfo(row: LiveRow): ObjectInfo {
-  const metadata = JSON.parse(row.metadata) as StoredMetadata;
+  return infoOf(row.key, row.size, row.etag, row.last_modified, JSON.parse(row.metadata) as StoredMetadata);
+}
+
+function infoOf(
+  key: string,
+  size: number,
+  etag: string,
+  lastModified: number,
+  metadata: StoredMetadata,
+): ObjectInfo {
   return {
-    key: row.key,
-    size: row.size,
-    etag: row.etag,
-    lastModified: new Date(row.last_modified),
+    key,
+    size,
+    etag,
+    lastModified: new Date(lastModified),
     headers: metadata.headers ?? {},
     userMetadata: metadata.userMetadata ?? {},
     ...(metadata.checksums ? { checksums: metadata.checksums } : {}),
   };
 }
+
+const inlineBody = (data: Buffer, served: ByteRange | undefined): Readable =>
+  memoryBody(served ? data.subarray(served.start, served.end + 1) : data);
