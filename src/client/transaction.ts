@@ -1,6 +1,5 @@
 import type { MetadataBearer, Pluggable } from "@smithy/types";
 import { FenceApiError, OutcomeUnknownError, TransactionCommittedError } from "./errors.js";
-import type { Lease } from "./lease.js";
 import {
   bindFencingToken,
   type CommandSender,
@@ -10,6 +9,14 @@ import {
   type TokenHolder,
 } from "./s3-plugin.js";
 import type { TransactionCommit, TransactionRecord, TransactionView } from "./types.js";
+
+/** What a transaction needs of the lease handle it belongs to (a Lease, lease.ts). */
+export type TransactionLease = {
+  readonly fencingToken: string;
+  readonly signal: AbortSignal;
+  readonly lost: boolean;
+  throwIfLost(): void;
+};
 
 /** The calls a Transaction handle makes (FenceClient has them). */
 export type TransactionApi = {
@@ -53,13 +60,13 @@ export type TransactionResult<T> = {
  * transaction is no longer open.
  */
 export class Transaction implements TokenHolder {
-  readonly #lease: Lease;
+  readonly #lease: TransactionLease;
   readonly #api: TransactionApi;
   readonly #record: TransactionRecord;
   #state: TransactionHandleState = "open";
   #commit: TransactionCommit | undefined;
 
-  constructor(lease: Lease, api: TransactionApi, record: TransactionRecord) {
+  constructor(lease: TransactionLease, api: TransactionApi, record: TransactionRecord) {
     this.#lease = lease;
     this.#api = api;
     this.#record = record;
