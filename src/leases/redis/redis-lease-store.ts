@@ -6,6 +6,7 @@ import { type InScriptAppends, redisServerOf } from "../../audit/redis/redis-aud
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { LuaScript } from "../../core/lua-source.js";
 import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
@@ -34,7 +35,6 @@ import {
 } from "./lua/lease-scripts.js";
 import { EVENT_ARGS } from "./lua/prelude.js";
 import { RELEASE_AND_WAKE } from "./lua/wait-scripts.js";
-import { LuaScript } from "./lua-script.js";
 import { checkRedisSettings, type RedisSettingsReport } from "./redis-settings.js";
 import { createRedisWaiting } from "./redis-wait-queue.js";
 

@@ -1,5 +1,6 @@
 import type { Redis } from "ioredis";
 import type { Logger } from "../../core/log.js";
+import { LuaScript } from "../../core/lua-source.js";
 import { newLeaseId } from "../lease-rules.js";
 import type { LeaseEventContext, LeaseResource } from "../lease-store.js";
 import { validateAcquire } from "../memory/validate.js";
@@ -22,7 +23,6 @@ import {
   POOL_LEAVE,
   REFRESH,
 } from "./lua/wait-scripts.js";
-import { LuaScript } from "./lua-script.js";
 
 const SCRIPTS = {
   enqueue: new LuaScript("wait-enqueue", ENQUEUE),

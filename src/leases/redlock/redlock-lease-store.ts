@@ -3,6 +3,7 @@ import { Redis } from "ioredis";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { LuaScript } from "../../core/lua-source.js";
 import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
@@ -28,7 +29,6 @@ import {
   RENEW,
   SWEEP,
 } from "../redis/lua/lease-scripts.js";
-import { LuaScript } from "../redis/lua-script.js";
 import { redactUrl } from "../redis/redis-lease-store.js";
 import { checkRedisSettings } from "../redis/redis-settings.js";
 import {
