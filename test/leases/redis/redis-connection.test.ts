@@ -9,6 +9,7 @@ import {
 } from "../../../src/core/redis-connection.js";
 import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
+import { createRedisWaiting } from "../../../src/leases/redis/redis-wait-queue.js";
 import { freePort, type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";
 import { requireTools } from "../../support/tools.js";
@@ -89,6 +90,14 @@ describe("fail-closed Redis connections", () => {
       /the Redis audit log's connection must fail closed/,
     );
     expect(redis.status).toBe("wait");
+  });
+
+  it("are required by the shared wait queue", () => {
+    const redis = track(new Redis(server.url, { lazyConnect: true }));
+    const refused = () => Promise.reject(new Error("no script runs here"));
+    expect(() =>
+      createRedisWaiting({ redis, keyPrefix: "{t}", run: refused, runAcquire: refused, ticketTtlMs: 1_000 }),
+    ).toThrow(/the Redis wait queue's connection must fail closed/);
   });
 
   it("are what the Redis lease store runs on", async () => {
