@@ -7,6 +7,7 @@
 #   python3-boto3  /usr/bin/python3 -c 'import boto3'   (test/clients/boto3.test.ts)
 #   curl           /usr/bin/curl           (test/api/lease-api.test.ts)
 #   chromium       /usr/bin/chromium       (test/console/console-browser.test.ts, headless)
+#   lua5.1         /usr/bin/luac5.1        (test/leases/redis/lua-files.test.ts: luac5.1 -p on every .lua under src/)
 # The checks are the ones the suites make (test/support/tools.ts). Idempotent: with everything
 # present it changes nothing and says so. Non-interactive; runs as root, or through sudo -n.
 # Debian (12) and its derivatives.
@@ -21,6 +22,7 @@ checks=(
   "python3-boto3|env -i PATH=/usr/bin:/bin /usr/bin/python3 -c 'import boto3'"
   "curl|test -x /usr/bin/curl"
   "chromium|/usr/bin/chromium --version"
+  "lua5.1|/usr/bin/luac5.1 -v"
 )
 
 missing() {
@@ -33,7 +35,7 @@ missing() {
 
 read -r -a need <<<"$(missing)"
 if [ ${#need[@]} -eq 0 ]; then
-  echo "install-test-deps: nothing to install; present: redis-server awscli s3cmd rclone python3-boto3 curl chromium"
+  echo "install-test-deps: nothing to install; present: redis-server awscli s3cmd rclone python3-boto3 curl chromium lua5.1"
   exit 0
 fi
 

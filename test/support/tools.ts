@@ -17,6 +17,8 @@ export const TOOLS = {
   curl: { path: "/usr/bin/curl", debianPackage: "curl" },
   /** Headless, for the console's end-to-end test (driven by playwright-core). */
   chromium: { path: "/usr/bin/chromium", debianPackage: "chromium", probe: ["--version"] },
+  /** Lua 5.1 (the Lua of Redis) syntax check of the scripts under src/ (luac5.1 -p). */
+  "luac5.1": { path: "/usr/bin/luac5.1", debianPackage: "lua5.1", probe: ["-v"] },
 } as const satisfies Record<string, Tool>;
 
 export type ToolName = keyof typeof TOOLS;

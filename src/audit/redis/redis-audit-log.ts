@@ -1,7 +1,8 @@
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError, isDomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { assertFailClosed, openFailClosedRedis } from "../../core/redis-connection.js";
 import {
   type AuditDraft,
   type AuditLog,
@@ -92,14 +93,7 @@ export const DEFAULT_QUERY_BUDGET = 2_000;
  * second apart, so service resumes by itself.
  */
 export function openRedis(url: string, commandTimeoutMs = 5_000): Redis {
-  const redis = new Redis(url, {
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-    autoResendUnfulfilledCommands: false,
-    commandTimeout: commandTimeoutMs,
-    connectTimeout: commandTimeoutMs,
-    retryStrategy: (times) => Math.min(50 * times, 1_000),
-  });
+  const redis = openFailClosedRedis(url, { timeoutMs: commandTimeoutMs });
   // Connection errors are reported by the commands that fail; without a listener ioredis
   // would print every reconnect attempt.
   redis.on("error", () => undefined);
@@ -138,6 +132,7 @@ export async function connectRedis(url: string, commandTimeoutMs = 5_000): Promi
  */
 export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<RedisAuditLog> {
   const { redis, gatewayId } = o;
+  assertFailClosed(redis, "the Redis audit log's connection");
   const clock = o.clock ?? systemClock;
   const prefix = o.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
   const budget = o.queryBudget ?? DEFAULT_QUERY_BUDGET;
@@ -150,8 +145,8 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
       { cause: e },
     );
   };
-  // Loaded once here when Redis is up (LuaScript loads them on first use otherwise, and again
-  // after a Redis restart answers NOSCRIPT).
+  // Loaded once here when Redis is up (LuaScript loads one again whenever Redis answers
+  // NOSCRIPT: not up yet here, restarted, failed over).
   await Promise.all([APPEND, APPEND_ONCE, QUERY, TRIM, UNLOCK, RESTORE].map((s) => s.load(redis))).catch(
     () => undefined,
   );

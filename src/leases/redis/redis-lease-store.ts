@@ -1,11 +1,13 @@
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import type { AuditLog } from "../../audit/audit-log.js";
 import { type InScriptAppends, redisServerOf } from "../../audit/redis/redis-audit-log.js";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { LuaScript } from "../../core/lua-source.js";
+import { openFailClosedRedis } from "../../core/redis-connection.js";
 import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
@@ -34,7 +36,6 @@ import {
 } from "./lua/lease-scripts.js";
 import { EVENT_ARGS } from "./lua/prelude.js";
 import { RELEASE_AND_WAKE } from "./lua/wait-scripts.js";
-import { LuaScript } from "./lua-script.js";
 import { checkRedisSettings, type RedisSettingsReport } from "./redis-settings.js";
 import { createRedisWaiting } from "./redis-wait-queue.js";
 
@@ -149,15 +150,8 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
   const retainMs = opts.retainMs ?? DAY_MS;
   const sweepEveryMs = opts.sweepEveryMs ?? 60_000;
   const where = redactUrl(opts.url);
-  const redis = new Redis(opts.url, {
-    enableOfflineQueue: false,
-    autoResendUnfulfilledCommands: false,
-    maxRetriesPerRequest: 0,
-    commandTimeout: opts.commandTimeoutMs ?? 2_000,
-    connectTimeout: opts.commandTimeoutMs ?? 2_000,
-    // Reconnect for ever, at most a second apart: service resumes by itself.
-    retryStrategy: (times) => Math.min(50 * times, 1_000),
-  });
+  // Reconnects for ever, at most a second apart: service resumes by itself.
+  const redis = openFailClosedRedis(opts.url, { timeoutMs: opts.commandTimeoutMs ?? 2_000 });
   let lastError = "";
   redis.on("error", (e: Error) => {
     if (e.message !== lastError) opts.log?.warn({ err: e.message, redis: where }, "Redis lease store");

@@ -1,5 +1,7 @@
 import type { Redis } from "ioredis";
 import type { Logger } from "../../core/log.js";
+import { LuaScript } from "../../core/lua-source.js";
+import { assertFailClosed, openSubscriber } from "../../core/redis-connection.js";
 import { newLeaseId } from "../lease-rules.js";
 import type { LeaseEventContext, LeaseResource } from "../lease-store.js";
 import { validateAcquire } from "../memory/validate.js";
@@ -22,7 +24,6 @@ import {
   POOL_LEAVE,
   REFRESH,
 } from "./lua/wait-scripts.js";
-import { LuaScript } from "./lua-script.js";
 
 const SCRIPTS = {
   enqueue: new LuaScript("wait-enqueue", ENQUEUE),
@@ -68,6 +69,7 @@ const resourceArgs = (r: LeaseResource): [string, string, string] =>
  */
 export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLine; pools: PoolMembership } {
   const { run, runAcquire, ticketTtlMs } = deps;
+  assertFailClosed(deps.redis, "the Redis wait queue's connection");
   const channel = `${deps.keyPrefix}:wake`;
   const listeners: Array<(n: WaitNotice | DelegateNotice) => void> = [];
   let listening: Promise<void> | null = null;
@@ -127,12 +129,7 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
   };
 
   function subscribe(): Promise<void> {
-    const sub = deps.redis.duplicate({
-      enableOfflineQueue: true,
-      autoResubscribe: true,
-      maxRetriesPerRequest: null,
-      commandTimeout: undefined,
-    });
+    const sub = openSubscriber(deps.redis);
     sub.on("error", (e: Error) => deps.log?.warn({ err: e.message }, "Redis wait queue: wake-ups"));
     // Back after a lost connection (ioredis subscribes again by itself): what was published
     // meanwhile is lost, and the listeners catch up.

@@ -1,8 +1,10 @@
 import { randomBytes, randomInt } from "node:crypto";
-import { Redis } from "ioredis";
+import type { Redis } from "ioredis";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { LuaScript } from "../../core/lua-source.js";
+import { openFailClosedRedis } from "../../core/redis-connection.js";
 import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
@@ -28,7 +30,6 @@ import {
   RENEW,
   SWEEP,
 } from "../redis/lua/lease-scripts.js";
-import { LuaScript } from "../redis/lua-script.js";
 import { redactUrl } from "../redis/redis-lease-store.js";
 import { checkRedisSettings } from "../redis/redis-settings.js";
 import {
@@ -242,14 +243,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     (settled ||= answered === N || Date.now() - createdAt >= STARTUP_GRACE_MS);
   const instances: Instance[] = opts.urls.map((url, index) => {
     const where = redactUrl(url);
-    const redis = new Redis(url, {
-      enableOfflineQueue: false,
-      autoResendUnfulfilledCommands: false,
-      maxRetriesPerRequest: 0,
-      commandTimeout: timeoutMs,
-      connectTimeout: timeoutMs,
-      retryStrategy: (times) => Math.min(50 * times, 1_000),
-    });
+    const redis = openFailClosedRedis(url, { timeoutMs });
     const inst: Instance = { index, where, redis, quarantinedUntil: 0, intentsPending: false, unsafe: null };
     let lastError = "";
     redis.on("error", (e: Error) => {

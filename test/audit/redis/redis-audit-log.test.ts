@@ -7,7 +7,6 @@ import { encodeCursor } from "../../../src/audit/embedded/cursor.js";
 import { createDirArchiveStore } from "../../../src/audit/redis/archive-store.js";
 import { AUDIT_APPEND_LUA } from "../../../src/audit/redis/audit-lua.js";
 import { APPEND } from "../../../src/audit/redis/audit-scripts.js";
-import { LuaScript } from "../../../src/audit/redis/lua-script.js";
 import {
   connectRedis,
   createRedisAuditLog,
@@ -16,6 +15,7 @@ import {
 } from "../../../src/audit/redis/redis-audit-log.js";
 import { createMemoryBackend } from "../../../src/backends/memory/memory-backend.js";
 import { fakeClock } from "../../../src/core/clock.js";
+import { LuaScript } from "../../../src/core/lua-source.js";
 import { createBackendArchiveStore } from "../../../src/server/backend-archive-store.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";

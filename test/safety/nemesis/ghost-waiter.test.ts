@@ -13,8 +13,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LeaseHeldError } from "../../../src/client/errors.js";
+import { LuaScript } from "../../../src/core/lua-source.js";
 import { ENQUEUE, LEAVE } from "../../../src/leases/redis/lua/wait-scripts.js";
-import { LuaScript } from "../../../src/leases/redis/lua-script.js";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { type RedisFaultProxy, startRedisFaultProxy } from "../../support/redis-fault-proxy.js";

@@ -1,4 +1,7 @@
+import { luaFiles } from "../../../core/lua-source.js";
 import { PRELUDE } from "./prelude.js";
+
+const lua = luaFiles(import.meta.url);
 
 /**
  * A lease's delegates (LeaseStore.addDelegate and friends): `P:dlg` every delegate by creation
@@ -8,36 +11,10 @@ import { PRELUDE } from "./prelude.js";
  */
 
 /** ARGV[3..6]: lease id, delegate id, created by, created at. Answers 'ok' or 'notfound'. */
-export const ADD_DELEGATE = `${PRELUDE}
-local lid, did = ARGV[3], ARGV[4]
--- Only a lease the store still remembers can have delegates.
-if redis.call('EXISTS', LEASE .. lid) == 0 then return 'notfound' end
-local seq = redis.call('INCR', P .. ':dlgseq')
-local member = lid .. ' ' .. did
-redis.call('ZADD', P .. ':dlg', seq, member)
-redis.call('ZADD', P .. ':dlgl:' .. lid, seq, did)
-redis.call('HSET', P .. ':dlgr', member, cjson.encode({delegateId = did, leaseId = lid, createdBy = ARGV[5], createdAt = ARGV[6]}))
-return 'ok'
-`;
+export const ADD_DELEGATE = lua("add-delegate.lua", { PRELUDE });
 
 /** ARGV[3]: lease id, '' for every lease. Answers the records (JSON) in creation order. */
-export const LIST_DELEGATES = `${PRELUDE}
-local members
-if ARGV[3] ~= '' then
-  members = {}
-  for i, did in ipairs(redis.call('ZRANGE', P .. ':dlgl:' .. ARGV[3], 0, -1)) do members[i] = ARGV[3] .. ' ' .. did end
-else
-  members = redis.call('ZRANGE', P .. ':dlg', 0, -1)
-end
-if #members == 0 then return {} end
-return redis.call('HMGET', P .. ':dlgr', unpack(members))
-`;
+export const LIST_DELEGATES = lua("list-delegates.lua", { PRELUDE });
 
 /** ARGV[3..4]: lease id, delegate id. Answers 1 when removed, 0 when the lease had no such delegate. */
-export const REMOVE_DELEGATE = `${PRELUDE}
-local lid, did = ARGV[3], ARGV[4]
-if redis.call('ZREM', P .. ':dlgl:' .. lid, did) == 0 then return 0 end
-redis.call('ZREM', P .. ':dlg', lid .. ' ' .. did)
-redis.call('HDEL', P .. ':dlgr', lid .. ' ' .. did)
-return 1
-`;
+export const REMOVE_DELEGATE = lua("remove-delegate.lua", { PRELUDE });

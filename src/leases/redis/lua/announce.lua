@@ -1,0 +1,3 @@
+--{{PRELUDE}}
+
+return redis.call('PUBLISH', P .. ':wake', ARGV[3])

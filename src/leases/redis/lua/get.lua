@@ -1,0 +1,3 @@
+--{{PRELUDE}}
+
+return redis.call('HGETALL', LEASE .. ARGV[3])

@@ -1,0 +1,3 @@
+--{{PRELUDE}}
+
+return redis.call('HDEL', P .. ':pool:' .. ARGV[3], ARGV[4])

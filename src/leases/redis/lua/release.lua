@@ -1,0 +1,4 @@
+--{{PRELUDE}}
+
+local function wake_ended(l, now) end
+--{{RELEASE_BODY}}
