@@ -101,8 +101,10 @@ export interface AuditLog {
    * Appends the record unless a record was appended under `once` already, by any replica: how the
    * outcome of a write is recorded exactly once, whoever learns it first (the gateway that sent
    * it, or the grant that fences its commit before a newer lease writes). False when it was there.
+   * `unless`: nor when a record was appended under that key (a write's "unknown" record is not
+   * appended once its outcome is recorded: the outcome's record would otherwise come first).
    */
-  appendOnce(draft: AuditDraft, once: string): Promise<boolean>;
+  appendOnce(draft: AuditDraft, once: string, unless?: string): Promise<boolean>;
   query(query: AuditQuery): Promise<AuditPage>;
   ping(): Promise<void>;
   close(): Promise<void>;

@@ -271,7 +271,8 @@ export class WriteFencer {
     markAudited(err);
     this.opts.observe?.(ctx.op, "unknown", "ServiceUnavailable");
     try {
-      await this.opts.audit.appendOnce(draft, `${once} unknown`);
+      // Not after its outcome: a grant that fenced the object may have recorded it already.
+      await this.opts.audit.appendOnce(draft, `${once} unknown`, once);
     } finally {
       // Recorded or not, the outcome is learnt and recorded once known.
       this.opts.outcomes?.track(err, draft, intentId, once);

@@ -150,6 +150,24 @@ export function describeAuditLogContract(name: string, factory: AuditLogFactory)
         expect((await all()).map((r) => r.requestId)).toEqual(["w1", "w2"]);
       });
 
+      it("appends nothing under one key once a record was appended under the key it is given as unless", async () => {
+        // A write's "unknown" record after its outcome's record would read as an outcome followed by doubt.
+        expect(await log.appendOnce(draft({ requestId: "w1", decision: "accepted" }), "w1 b/k")).toBe(true);
+        expect(
+          await log.appendOnce(draft({ requestId: "w1", decision: "unknown" }), "w1 b/k unknown", "w1 b/k"),
+        ).toBe(false);
+        // Without the outcome yet, the "unknown" record goes in; the outcome follows it.
+        expect(
+          await log.appendOnce(draft({ requestId: "w2", decision: "unknown" }), "w2 b/k unknown", "w2 b/k"),
+        ).toBe(true);
+        expect(await log.appendOnce(draft({ requestId: "w2", decision: "accepted" }), "w2 b/k")).toBe(true);
+        expect((await all()).map((r) => [r.requestId, r.decision])).toEqual([
+          ["w1", "accepted"],
+          ["w2", "unknown"],
+          ["w2", "accepted"],
+        ]);
+      });
+
       it("records the gateway a draft names (the one that decided), else its own", async () => {
         await log.appendOnce(draft({ requestId: "w1", gateway: "gw-writer" }), "w1");
         await log.append(draft({ requestId: "w2" }));

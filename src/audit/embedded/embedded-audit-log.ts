@@ -81,6 +81,7 @@ export function createEmbeddedAuditLog({
     "INSERT OR IGNORE INTO audit_once (key, time_ms) VALUES (?, ?)",
   );
   const forgetOnce = db.prepare<[number]>("DELETE FROM audit_once WHERE time_ms < ?");
+  const onceClaimed = db.prepare<[string], { key: string }>("SELECT key FROM audit_once WHERE key = ?");
   let claims = 0;
   const plan = createAuditPlanner(db, planCountCap);
   const statements = new Map<string, ReturnType<EmbeddedDb["prepare"]>>();
@@ -157,10 +158,11 @@ export function createEmbeddedAuditLog({
       return domain.run(() => appendInStep(draft));
     },
 
-    async appendOnce(draft: AuditDraft, once: string): Promise<boolean> {
+    async appendOnce(draft: AuditDraft, once: string, unless?: string): Promise<boolean> {
       return domain.run(() => {
         open();
         const now = clock();
+        if (unless !== undefined && onceClaimed.get(unless) !== undefined) return false;
         if (claimOnce.run(once, now).changes === 0) return false;
         if (++claims % 1000 === 0) forgetOnce.run(now - ONCE_KEPT_MS);
         appendInStep(draft);

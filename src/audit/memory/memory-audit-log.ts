@@ -90,10 +90,10 @@ export function createMemoryAuditLog({
       return domain.run(() => appendInStep(draft));
     },
 
-    async appendOnce(draft, key) {
+    async appendOnce(draft, key, unless) {
       return domain.run(() => {
         open();
-        if (once.has(key)) return false;
+        if (once.has(key) || (unless !== undefined && once.has(unless))) return false;
         once.add(key);
         domain.changed(() => once.delete(key));
         appendInStep(draft);

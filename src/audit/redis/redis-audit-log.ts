@@ -256,10 +256,10 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
       };
     },
 
-    async appendOnce(draft: AuditDraft, once: string): Promise<boolean> {
+    async appendOnce(draft: AuditDraft, once: string, unless?: string): Promise<boolean> {
       open();
       const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
-      const args = [once, ONCE_KEPT_S, ...draftFields(draft, timeMs, gatewayId)];
+      const args = [once, ONCE_KEPT_S, unless ?? "", ...draftFields(draft, timeMs, gatewayId)];
       const seq = Number(
         await APPEND_ONCE.run(redis, [prefix], args).catch(async (e: unknown) => {
           if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
