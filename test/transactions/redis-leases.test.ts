@@ -71,6 +71,8 @@ describe("transactions with the lease store in Redis", () => {
       writers: 3,
       readers: 3,
       ttlMs: 500,
+      minCommitted: 5,
+      minRefused: 1,
     });
     expect(history.commits.filter((c) => c.outcome === "committed").length).toBeGreaterThanOrEqual(5);
     expect(history.commits.filter((c) => c.outcome === "refused").length).toBeGreaterThanOrEqual(1);

@@ -33,18 +33,32 @@ export type HistoryOptions = {
   writers: number;
   readers: number;
   ttlMs: number;
+  /**
+   * The history goes on past durationMs (up to maxMs) until this many commits were accepted and
+   * this many refused: on a busy machine fewer happen in the same time.
+   */
+  minCommitted?: number;
+  minRefused?: number;
+  maxMs?: number;
 };
 
 export async function runHistory(o: HistoryOptions): Promise<History> {
   const reads: Read[] = [];
   const commits: Commit[] = [];
   const singles = new Set<string>();
-  const until = Date.now() + o.durationMs;
+  const started = Date.now();
+  const hardUntil = started + (o.maxMs ?? o.durationMs * 4);
+  let writersDone = false;
+  const count = (outcome: Commit["outcome"]) => commits.filter((c) => c.outcome === outcome).length;
+  const writing = () =>
+    Date.now() < started + o.durationMs ||
+    (Date.now() < hardUntil &&
+      (count("committed") < (o.minCommitted ?? 0) || count("refused") < (o.minRefused ?? 0)));
   const prefix = `${o.keys[0]!.split("/")[0]}/`;
 
   const writer = async (w: number) => {
     let n = 0;
-    while (Date.now() < until) {
+    while (writing()) {
       n++;
       const lease = await o.leases
         .acquire({ bucket: o.bucket, prefix, ttlMs: o.ttlMs, waitMs: 10_000, owner: `writer-${w}` })
@@ -80,7 +94,7 @@ export async function runHistory(o: HistoryOptions): Promise<History> {
 
   const reader = async () => {
     let i = 0;
-    while (Date.now() < until) {
+    while (!writersDone) {
       const key = o.keys[i++ % o.keys.length]!;
       const start = performance.now();
       const res = await signedRequest(o.url, { method: "GET", path: `/${o.bucket}/${key}` });
@@ -89,10 +103,10 @@ export async function runHistory(o: HistoryOptions): Promise<History> {
     }
   };
 
-  await Promise.all([
-    ...Array.from({ length: o.writers }, (_, w) => writer(w)),
-    ...Array.from({ length: o.readers }, () => reader()),
-  ]);
+  const writers = Promise.all(Array.from({ length: o.writers }, (_, w) => writer(w))).finally(() => {
+    writersDone = true;
+  });
+  await Promise.all([writers, ...Array.from({ length: o.readers }, () => reader())]);
   return { reads, commits, singles };
 }
 

@@ -31,6 +31,8 @@ describe("the visibility rule, randomized", () => {
       writers: 3,
       readers: 4,
       ttlMs: 500,
+      minCommitted: 10,
+      minRefused: 1,
     });
     // The history exercised what the rule is about.
     const committed = history.commits.filter((c) => c.outcome === "committed").length;

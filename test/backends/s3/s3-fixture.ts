@@ -154,7 +154,15 @@ export async function unreferencedBlobs(raw: S3Client): Promise<string[]> {
   for (const bucket of await storeBuckets(raw)) {
     for await (const name of names(raw, bucket, `${META}d/`)) {
       const id = name.slice(`${META}d/`.length);
-      const meta = (await raw.send(new HeadObjectCommand({ Bucket: bucket, Key: name }))).Metadata ?? {};
+      const head = await raw
+        .send(new HeadObjectCommand({ Bucket: bucket, Key: name }))
+        .catch((e: { name?: string }) => {
+          // Removed since it was listed (a discard or a batch of replaced blobs finishing): not left over.
+          if (e.name === "NotFound" || e.name === "NoSuchKey") return null;
+          throw e;
+        });
+      if (!head) continue;
+      const meta = head.Metadata ?? {};
       let referenced = false;
       if (meta["fg-kind"] === "part") {
         const part = await readJson(
