@@ -6,9 +6,11 @@ import type { Logger } from "../core/log.js";
 import type { TxDomain } from "../core/tx.js";
 import type { StagedWrite, TransactionSink } from "../fence/commit.js";
 import { runTransactionStep } from "../fence/commit-driver.js";
+import type { TransactionLog } from "../fence/commit-port.js";
 import { judgeLease, type LeaseClaims, leaseState, resourceOf } from "../leases/lease-rules.js";
 import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { CommitIntent, LeaseRecord, LeaseStore } from "../leases/lease-store.js";
+import { CasTransactions, casBucketOf } from "./cas-transactions.js";
 
 /**
  * Fenced transactions (contract: "Fenced transactions"): several writes under one lease become
@@ -68,6 +70,13 @@ export type TransactionsOptions = {
   clock: Clock;
   /** The atomic-step domain of the backend holding a bucket (none: no transactions there). */
   domainOf(bucket: string): TxDomain | undefined;
+  /**
+   * The transaction records of a bucket's compare-and-swap backend (none: not such a backend):
+   * its transactions live in the store (cas-transactions.ts).
+   */
+  logOf?(bucket: string): TransactionLog | undefined;
+  /** Called right after a compare-and-swap transaction's commit point landed (tests). */
+  afterCommitPoint?: (id: string) => Promise<void>;
   limits?: Partial<TransactionLimits>;
   log?: Logger;
 };
@@ -93,9 +102,21 @@ const FORGET_AFTER_MS = 60 * 60 * 1000;
 export class Transactions {
   private readonly open = new Map<string, Transaction>();
   private readonly limits: TransactionLimits;
+  /** Transactions of buckets on compare-and-swap backends: their state is in the store. */
+  private readonly cas: CasTransactions;
 
   constructor(private readonly opts: TransactionsOptions) {
     this.limits = { ...DEFAULT_TRANSACTION_LIMITS, ...opts.limits };
+    this.cas = new CasTransactions({
+      leases: opts.leases,
+      store: opts.store,
+      audit: opts.audit,
+      clock: opts.clock,
+      logOf: (bucket) => opts.logOf?.(bucket),
+      ...(opts.afterCommitPoint ? { afterCommitPoint: opts.afterCommitPoint } : {}),
+      maxObjects: this.limits.maxObjects,
+      ...(opts.log ? { log: opts.log } : {}),
+    });
   }
 
   /** Opens a transaction on a current lease, for the lease's principal or its delegates. */
@@ -111,6 +132,7 @@ export class Transactions {
       });
     }
     const domain = this.opts.domainOf(lease.bucket);
+    if (!domain && this.cas.handles(lease.bucket)) return this.cas.begin(lease, newTransactionId());
     if (!domain) {
       throw new DomainError(
         "NotImplemented",
@@ -138,6 +160,7 @@ export class Transactions {
 
   /** The transaction's state and its staged (or committed) objects. */
   async describe(id: string, caller: Caller): Promise<TransactionView> {
+    if (casBucketOf(id) !== null) return this.cas.describe(id, caller);
     const tx = this.find(id, caller);
     await this.abortIfLeaseEnded(tx);
     return this.view(tx);
@@ -153,6 +176,7 @@ export class Transactions {
     bucket: string,
     key: string,
   ): TransactionSink {
+    if (casBucketOf(id) !== null) return this.cas.sinkFor(id, claims, bucket, key);
     const tx = this.open.get(id);
     if (!tx) throw notFound(id);
     if (claims === null) {
@@ -201,6 +225,7 @@ export class Transactions {
    * thrown and the transaction is aborted). A committed transaction answers the same again.
    */
   async commit(id: string, caller: Caller): Promise<CommitAnswer> {
+    if (casBucketOf(id) !== null) return this.cas.commit(id, caller);
     const tx = this.find(id, caller);
     if (tx.state === "committed") return tx.result!;
     if (tx.state === "committing") return tx.committing!;
@@ -213,6 +238,7 @@ export class Transactions {
 
   /** Aborts an open transaction: nothing it staged becomes visible; its staged bytes are removed. */
   async abort(id: string, caller: Caller): Promise<void> {
+    if (casBucketOf(id) !== null) return this.cas.abort(id, caller);
     const tx = this.find(id, caller);
     if (tx.state === "committing") await tx.committing!.catch(() => undefined);
     if (tx.state === "committed") {
@@ -414,6 +440,7 @@ export class Transactions {
    * caller that does not act for its lease.
    */
   stagedRead(id: string, bucket: string, key: string, caller: Caller): StagedWrite | null {
+    if (casBucketOf(id) !== null) return this.cas.stagedRead(id, bucket, key);
     const tx = this.find(id, caller);
     if (tx.state !== "open" || tx.lease.bucket !== bucket) return null;
     return tx.staged.get(key) ?? null;

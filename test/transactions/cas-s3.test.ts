@@ -1,0 +1,127 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { TestGateway } from "../support/gateway.js";
+import { objectPath, signedRequest } from "../support/signed-http.js";
+import { requireTools } from "../support/tools.js";
+import { sleep } from "../support/wait.js";
+import { type CasWorld, startCasWorld } from "./cas-support.js";
+import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
+
+/**
+ * Fenced transactions on the S3 backend (compare-and-swap): the transaction's record in the
+ * store is the commit point, each key's record carries the staged write as a pending one, and
+ * any replica may stage, commit, abort or resolve a transaction.
+ */
+
+requireTools("redis-server");
+
+let world: CasWorld;
+let a: TestGateway;
+let b: TestGateway;
+const bucket = "tx-cas";
+
+beforeAll(async () => {
+  world = await startCasWorld();
+  a = await world.replica();
+  b = await world.replica();
+  await makeBucket(a, bucket);
+}, 60_000);
+
+afterAll(async () => {
+  await world?.stop();
+});
+
+describe("transactions on the S3 backend", () => {
+  it("opens on one replica, stages on two, commits on the other; invisible until the commit", async () => {
+    const lease = await a.leases.acquire({ bucket, prefix: "a/", ttlMs: 30_000 });
+    const tx = await openTransaction(a, lease.leaseId);
+    expect(tx.transactionId).toMatch(/^tx-[0-9a-f]{32}-tx-cas$/);
+    expect((await putIn(a, lease, tx.transactionId, bucket, "a/1", "one")).status).toBe(200);
+    expect((await putIn(b, lease, tx.transactionId, bucket, "a/2", "two")).status).toBe(200);
+    for (const gw of [a, b]) {
+      expect(await getBody(gw, bucket, "a/1")).toBeNull();
+      expect(await getBody(gw, bucket, "a/2")).toBeNull();
+      expect(await listKeys(gw, bucket)).toEqual([]);
+      const head = await signedRequest(gw.url, { method: "HEAD", path: objectPath(bucket, "a/2") });
+      expect(head.status).toBe(404);
+    }
+    // A read that carries the transaction sees its staged writes, on either replica.
+    const inside = await signedRequest(b.url, {
+      method: "GET",
+      path: objectPath(bucket, "a/1"),
+      headers: { "x-fence-transaction": tx.transactionId },
+    });
+    expect(inside.status).toBe(200);
+    expect(inside.text).toBe("one");
+    const open = await api(a, "GET", `/transactions/${tx.transactionId}`);
+    expect(open.json.state).toBe("open");
+    expect((open.json.objects as { key: string }[]).map((o) => o.key)).toEqual(["a/1", "a/2"]);
+
+    const commit = await api(b, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status, commit.text).toBe(200);
+    for (const gw of [a, b]) {
+      expect(await getBody(gw, bucket, "a/1")).toBe("one");
+      expect(await getBody(gw, bucket, "a/2")).toBe("two");
+      expect(await listKeys(gw, bucket)).toEqual(["a/1", "a/2"]);
+    }
+    const again = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(again.status).toBe(200);
+    expect(again.json).toEqual(commit.json);
+    expect((await api(a, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("committed");
+    await a.leases.release(lease.leaseId);
+  });
+
+  it("refuses a write of the same lease outside the transaction to a key it staged", async () => {
+    const lease = await a.leases.acquire({ bucket, prefix: "s/", ttlMs: 30_000 });
+    const tx = await openTransaction(a, lease.leaseId);
+    expect((await putIn(a, lease, tx.transactionId, bucket, "s/1", "in")).status).toBe(200);
+    const outside = await putIn(b, lease, null, bucket, "s/1", "out");
+    expect(outside.status).toBe(409);
+    expect(outside.text).toContain("OperationAborted");
+    expect((await api(b, "POST", `/transactions/${tx.transactionId}/commit`)).status).toBe(200);
+    expect(await getBody(a, bucket, "s/1")).toBe("in");
+    await a.leases.release(lease.leaseId);
+  });
+
+  it("refuses a stale holder whole once the new holder wrote any key", async () => {
+    const old = await a.leases.acquire({ bucket, prefix: "b/", ttlMs: 300 });
+    const tx = await openTransaction(a, old.leaseId);
+    expect((await putIn(a, old, tx.transactionId, bucket, "b/1", "old-1")).status).toBe(200);
+    expect((await putIn(a, old, tx.transactionId, bucket, "b/2", "old-2")).status).toBe(200);
+    await sleep(400);
+    const next = await b.leases.acquire({ bucket, prefix: "b/", ttlMs: 30_000 });
+    expect((await putIn(b, next, null, bucket, "b/1", "new-1")).status).toBe(200);
+    const commit = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status).toBe(409);
+    expect(await getBody(a, bucket, "b/1")).toBe("new-1");
+    expect(await getBody(b, bucket, "b/2")).toBeNull();
+    expect((await api(b, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
+    // The next holder writes the other key too: nothing of the old transaction is in its way.
+    expect((await putIn(b, next, null, bucket, "b/2", "new-2")).status).toBe(200);
+    expect(await getBody(a, bucket, "b/2")).toBe("new-2");
+    await b.leases.release(next.leaseId);
+  });
+
+  it("aborts a transaction whose lease ended before the commit", async () => {
+    const lease = await a.leases.acquire({ bucket, prefix: "c/", ttlMs: 300 });
+    const tx = await openTransaction(a, lease.leaseId);
+    expect((await putIn(a, lease, tx.transactionId, bucket, "c/1", "x")).status).toBe(200);
+    await sleep(400);
+    const commit = await api(b, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status).toBe(409);
+    expect(await getBody(a, bucket, "c/1")).toBeNull();
+    expect((await api(a, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
+  });
+
+  it("aborts on request: nothing visible, the keys writable", async () => {
+    const lease = await a.leases.acquire({ bucket, prefix: "d/", ttlMs: 30_000 });
+    const tx = await openTransaction(a, lease.leaseId);
+    expect((await putIn(a, lease, tx.transactionId, bucket, "d/1", "x")).status).toBe(200);
+    const abort = await api(b, "DELETE", `/transactions/${tx.transactionId}`);
+    expect(abort.status).toBe(204);
+    expect(await getBody(a, bucket, "d/1")).toBeNull();
+    expect((await api(a, "POST", `/transactions/${tx.transactionId}/commit`)).status).toBe(409);
+    expect((await putIn(a, lease, null, bucket, "d/1", "y")).status).toBe(200);
+    expect(await getBody(b, bucket, "d/1")).toBe("y");
+    await a.leases.release(lease.leaseId);
+  });
+});
