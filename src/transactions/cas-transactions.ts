@@ -263,7 +263,7 @@ export class CasTransactions {
         // Neither committed nor refused: the intents stay (a newer grant fences the keys through
         // them, which aborts the transaction unless it committed), the record says later.
         unknown = true;
-        if (isDomainError(err)) throw err;
+        if (isDomainError(err) && err.details.outcome === "unknown") throw err;
         throw new DomainError(
           "ServiceUnavailable",
           `the commit of transaction ${id} may or may not have happened; ask again (GET or commit) to learn which`,
@@ -271,7 +271,11 @@ export class CasTransactions {
           { cause: err },
         );
       }
-      if (err.code !== "TransactionAborted") {
+      if (err.code === "TransactionAborted") {
+        // Aborted meanwhile (a newer holder passed it): its pending writes go.
+        const now = await log.read(id).catch(() => null);
+        await this.settleAll(log, now?.record.keys ?? got.record.keys);
+      } else {
         // Refused: nothing of it is visible. The transaction is over.
         await this.end(log, got.record, err.code, caller, "rejected").catch(() => undefined);
       }

@@ -1,10 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startHttpFaultProxy } from "../support/fault-proxy.js";
 import type { TestGateway } from "../support/gateway.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { requireTools } from "../support/tools.js";
 import { sleep } from "../support/wait.js";
 import { type CasWorld, startCasWorld } from "./cas-support.js";
 import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
+import { checkHistory, runHistory } from "./visibility-history.js";
 
 /**
  * Fenced transactions on the S3 backend (compare-and-swap): the transaction's record in the
@@ -124,4 +126,55 @@ describe("transactions on the S3 backend", () => {
     expect(await getBody(b, bucket, "d/1")).toBe("y");
     await a.leases.release(lease.leaseId);
   });
+
+  it("keeps the visibility rule under concurrent readers, stale writers and single writes", async () => {
+    await makeBucket(a, "tx-cas-visible");
+    const history = await runHistory({
+      url: a.url,
+      leases: a.leases,
+      bucket: "tx-cas-visible",
+      keys: ["set/part-0", "set/part-1", "set/manifest"],
+      durationMs: 6_000,
+      writers: 3,
+      readers: 3,
+      ttlMs: 500,
+    });
+    expect(history.commits.filter((c) => c.outcome === "committed").length).toBeGreaterThanOrEqual(5);
+    expect(history.commits.filter((c) => c.outcome === "refused").length).toBeGreaterThanOrEqual(1);
+    expect(checkHistory(history)).toEqual([]);
+  }, 90_000);
+
+  it("answers a commit point whose answer was lost as unknown, then committed, never refused", async () => {
+    const proxy = await startHttpFaultProxy(world.store.url);
+    const c = await world.replica(proxy.url);
+    try {
+      const lease = await c.leases.acquire({ bucket, prefix: "u/", ttlMs: 60_000 });
+      const tx = await openTransaction(c, lease.leaseId);
+      expect((await putIn(c, lease, tx.transactionId, bucket, "u/1", "one")).status).toBe(200);
+      expect((await putIn(c, lease, tx.transactionId, bucket, "u/2", "two")).status).toBe(200);
+      // The commit point reaches the store, its answer does not; nor does any read of the record after it.
+      const point = proxy.on({ method: "PUT", path: /\/\.fencegate\/t\// }, { kind: "drop-answer" });
+      void point.reached.then(() =>
+        proxy.on(
+          { method: "GET", path: /\/\.fencegate\/t\// },
+          { kind: "reset" },
+          { times: Number.POSITIVE_INFINITY },
+        ),
+      );
+      const lost = await api(c, "POST", `/transactions/${tx.transactionId}/commit`);
+      expect(lost.status, lost.text).toBe(503);
+      expect(lost.headers["x-fence-outcome"], lost.text).toBe("unknown");
+      proxy.clear();
+      // It did land: every replica sees it, and the commit asked again answers 200.
+      expect((await api(a, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("committed");
+      expect(await getBody(a, bucket, "u/1")).toBe("one");
+      expect(await getBody(b, bucket, "u/2")).toBe("two");
+      const again = await api(c, "POST", `/transactions/${tx.transactionId}/commit`);
+      expect(again.status, again.text).toBe(200);
+      expect((again.json.objects as { key: string }[]).map((o) => o.key)).toEqual(["u/1", "u/2"]);
+      await c.leases.release(lease.leaseId);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
 });
