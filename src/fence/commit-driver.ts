@@ -285,7 +285,8 @@ async function runSwaps<S>(
 ): Promise<CommitResult> {
   const writeId = newWriteId();
   const write = isWrite(spec);
-  const own = stageIn?.transactionId;
+  // The transaction's own pending write is not in its way (a staging again, its multipart steps).
+  const own = stageIn?.transactionId ?? commit?.transaction?.transactionId;
   const etag = needsEtag(spec, commit);
   /** The object's state read from the store now, and the bucket checked after it (CasPort.checkBucket). */
   const fresh = async (attempt: number): Promise<Observed> => {

@@ -160,8 +160,10 @@ export class CasTransactions {
       if (!got) throw notFound(id);
       if (got.record.keys.some((e) => e.writeId === entry.writeId)) return;
       assertOpen(got.record);
-      const keys = got.record.keys.filter((e) => e.key !== entry.key);
-      keys.push(entry);
+      // A key staged again keeps its place (the order keys were first staged in).
+      const keys = got.record.keys.some((e) => e.key === entry.key)
+        ? got.record.keys.map((e) => (e.key === entry.key ? entry : e))
+        : [...got.record.keys, entry];
       const answer = await log.swap(got, { ...got.record, keys, nonce: nonce() });
       if (answer.outcome === "swapped") return;
       // Lost or unknown: read again (the entry is there if an unknown one landed).

@@ -177,4 +177,32 @@ describe("transactions on the S3 backend", () => {
       await proxy.close();
     }
   }, 60_000);
+
+  it("loses the commit point of a commit paused after its intents once a newer grant fences its keys", async () => {
+    const proxy = await startHttpFaultProxy(world.store.url);
+    const c = await world.replica(proxy.url);
+    try {
+      const lease = await c.leases.acquire({ bucket, prefix: "p/", ttlMs: 1_000 });
+      const tx = await openTransaction(c, lease.leaseId);
+      expect((await putIn(c, lease, tx.transactionId, bucket, "p/1", "old-1")).status).toBe(200);
+      expect((await putIn(c, lease, tx.transactionId, bucket, "p/2", "old-2")).status).toBe(200);
+      // The commit point is held on its way to the store, after the intents were recorded.
+      const point = proxy.on({ method: "PUT", path: /\/\.fencegate\/t\// }, { kind: "hold" });
+      const commit = api(c, "POST", `/transactions/${tx.transactionId}/commit`);
+      await point.reached;
+      await sleep(1_100);
+      // The newer grant raises the HCT of the keys with intents of the ended lease: that aborts it.
+      const next = await a.leases.acquire({ bucket, prefix: "p/", ttlMs: 30_000, waitMs: 10_000 });
+      point.release();
+      const answer = await commit;
+      expect(answer.status, answer.text).toBe(409);
+      expect((await api(a, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
+      expect(await getBody(a, bucket, "p/1")).toBeNull();
+      expect(await getBody(b, bucket, "p/2")).toBeNull();
+      expect((await putIn(a, next, null, bucket, "p/2", "new-2")).status).toBe(200);
+      await a.leases.release(next.leaseId);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
 });

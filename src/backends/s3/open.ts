@@ -78,11 +78,16 @@ export function createS3Backend(options: S3BackendOptions): S3Backend {
     async (bucket) => (await listing.list({ bucket, maxKeys: 1 })).objects.length === 0,
   );
   // A reader that found a committed transaction's write not yet rolled forward rolls it forward.
+  const settling = new Set<string>();
   ctx.settleLater = (bucket, key) => {
-    if (ctx.closed) return;
+    const id = `${bucket}\n${key}`;
+    // One roll-forward per key at a time, however many readers found it.
+    if (ctx.closed || settling.has(id)) return;
+    settling.add(id);
     port
       .transactions(bucket)
       .settle(key)
+      .finally(() => settling.delete(id))
       .catch((err) =>
         ctx.log?.debug?.({ err, bucket, key }, "s3 backend: rolling a transaction write forward failed"),
       );
