@@ -1,3 +1,4 @@
+import { GetObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHttpFaultProxy } from "../support/fault-proxy.js";
 import type { TestGateway } from "../support/gateway.js";
@@ -31,6 +32,17 @@ beforeAll(async () => {
 afterAll(async () => {
   await world?.stop();
 });
+
+/** A transaction's record as the store holds it (`<m>t/<id>`), read around the gateways. */
+async function storedTransaction(id: string): Promise<Record<string, unknown>> {
+  const raw = world.store.s3();
+  try {
+    const got = await raw.send(new GetObjectCommand({ Bucket: bucket, Key: `.fencegate/t/${id}` }));
+    return JSON.parse(await got.Body!.transformToString()) as Record<string, unknown>;
+  } finally {
+    raw.destroy();
+  }
+}
 
 describe("transactions on the S3 backend", () => {
   it("opens on one replica, stages on two, commits on the other; invisible until the commit", async () => {
@@ -92,6 +104,8 @@ describe("transactions on the S3 backend", () => {
     await sleep(400);
     const next = await b.leases.acquire({ bucket, prefix: "b/", ttlMs: 30_000 });
     expect((await putIn(b, next, null, bucket, "b/1", "new-1")).status).toBe(200);
+    // That write aborted the old transaction in its record, before anything asked it to commit.
+    expect((await storedTransaction(tx.transactionId)).state).toBe("aborted");
     const commit = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status).toBe(409);
     expect(await getBody(a, bucket, "b/1")).toBe("new-1");
@@ -201,6 +215,33 @@ describe("transactions on the S3 backend", () => {
       expect(await getBody(b, bucket, "p/2")).toBeNull();
       expect((await putIn(a, next, null, bucket, "p/2", "new-2")).status).toBe(200);
       await a.leases.release(next.leaseId);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+
+  it("never shows a write whose key could not join the record before the commit", async () => {
+    const proxy = await startHttpFaultProxy(world.store.url);
+    const c = await world.replica(proxy.url);
+    try {
+      const lease = await a.leases.acquire({ bucket, prefix: "j/", ttlMs: 30_000 });
+      const tx = await openTransaction(a, lease.leaseId);
+      expect((await putIn(a, lease, tx.transactionId, bucket, "j/1", "one")).status).toBe(200);
+      // j/2 is staged in its record through C; the record's update that adds it is held...
+      const joining = proxy.on({ method: "PUT", path: /\/\.fencegate\/t\// }, { kind: "hold" });
+      const late = putIn(c, lease, tx.transactionId, bucket, "j/2", "two");
+      await joining.reached;
+      // ... while the transaction commits without it.
+      const commit = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
+      expect(commit.status, commit.text).toBe(200);
+      joining.release();
+      const refused = await late;
+      expect(refused.status, refused.text).toBe(409);
+      expect((commit.json.objects as { key: string }[]).map((o) => o.key)).toEqual(["j/1"]);
+      expect(await getBody(a, bucket, "j/1")).toBe("one");
+      expect(await getBody(b, bucket, "j/2")).toBeNull();
+      expect(await listKeys(b, bucket)).not.toContain("j/2");
+      await a.leases.release(lease.leaseId);
     } finally {
       await proxy.close();
     }
