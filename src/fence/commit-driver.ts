@@ -420,11 +420,12 @@ async function runSwaps<S>(
 /**
  * What a commit does with another transaction's write staged in the object's state, after a
  * look at that transaction's record: roll it forward (committed), drop it (aborted, or never
- * joined), or leave it (open, and this commit does not have to pass it: a touch, a settle, a
- * raise no higher than its token). An open transaction of a lower token is aborted first: its
- * lease has ended, since overlapping leases exclude each other and tokens grow. Refused: the
- * same token (another write of the same lease, outside that transaction), a lower one, an
- * unfenced write.
+ * joined), or leave it (open, and this commit need not pass it: a settle, a raise no higher than
+ * its token). An open transaction is aborted first (compare-and-swap on its record; if its
+ * commit came first, it is rolled forward) by a commit of a higher token (its lease has ended:
+ * overlapping leases exclude each other and tokens grow) and by a touch (a bucket deletion).
+ * Refused: the same token (another write of the same lease, outside that transaction), a lower
+ * one, an unfenced write.
  */
 async function resolvePending<S>(
   port: CasPort<S>,
@@ -435,8 +436,11 @@ async function resolvePending<S>(
 ): Promise<"forward" | "drop" | "keep"> {
   const log = port.transactions!(ref.bucket);
   let state = await transactionOutcome(log, pending);
-  if (state === "open") {
-    if (spec.op === "touch" || spec.op === "settle") return "keep";
+  if (state === "open" && spec.op === "touch") {
+    // A bucket deletion ends the transactions staged in the bucket.
+    state = await abortTransaction(log, pending.tx, "BucketDeleted");
+  } else if (state === "open") {
+    if (spec.op === "settle") return "keep";
     const token = spec.op === "raise" ? spec.token : (commit?.fence?.token ?? null);
     if (spec.op === "raise" && token !== null && token <= pending.token) return "keep";
     if (token === null) {
@@ -455,8 +459,9 @@ async function resolvePending<S>(
       );
     }
     state = await abortTransaction(log, pending.tx, "Superseded");
-    if (state === "committed") state = await transactionOutcome(log, pending);
   }
+  // Committed after all (its commit came first): only if it lists this very write.
+  if (state === "committed") state = await transactionOutcome(log, pending);
   return state === "committed" ? "forward" : "drop";
 }
 

@@ -148,12 +148,13 @@ describe("transactions on the S3 backend", () => {
       leases: a.leases,
       bucket: "tx-cas-visible",
       keys: ["set/part-0", "set/part-1", "set/manifest"],
-      durationMs: 6_000,
+      durationMs: 10_000,
       writers: 3,
       readers: 3,
-      ttlMs: 500,
+      // Each staged write is a few store round trips: a lease long enough for most commits.
+      ttlMs: 1_000,
     });
-    expect(history.commits.filter((c) => c.outcome === "committed").length).toBeGreaterThanOrEqual(5);
+    expect(history.commits.filter((c) => c.outcome === "committed").length).toBeGreaterThanOrEqual(3);
     expect(history.commits.filter((c) => c.outcome === "refused").length).toBeGreaterThanOrEqual(1);
     expect(checkHistory(history)).toEqual([]);
   }, 90_000);
@@ -246,4 +247,19 @@ describe("transactions on the S3 backend", () => {
       await proxy.close();
     }
   }, 60_000);
+
+  it("ends the open transactions staged in a bucket that is deleted", async () => {
+    await makeBucket(a, "tx-cas-gone");
+    const lease = await a.leases.acquire({ bucket: "tx-cas-gone", prefix: "", ttlMs: 30_000 });
+    const tx = await openTransaction(a, lease.leaseId);
+    expect((await putIn(a, lease, tx.transactionId, "tx-cas-gone", "k", "staged")).status).toBe(200);
+    const deleted = await signedRequest(b.url, { method: "DELETE", path: "/tx-cas-gone" });
+    expect(deleted.status, deleted.text).toBe(204);
+    const commit = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status).toBe(409);
+    expect((await api(b, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
+    await makeBucket(a, "tx-cas-gone");
+    expect(await getBody(a, "tx-cas-gone", "k")).toBeNull();
+    await a.leases.release(lease.leaseId);
+  }, 30_000);
 });
