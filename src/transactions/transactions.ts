@@ -33,6 +33,10 @@ import { CasTransactions, casBucketOf } from "./cas-transactions.js";
  *
  * Open transactions live in this gateway's memory: a restart aborts them (their staged bytes are
  * unreferenced and collected when the backend opens). What a commit did is in the audit log.
+ *
+ * On compare-and-swap backends (S3) a transaction is not in any gateway's memory but in its
+ * record in the store, and any replica stages, commits, aborts or resolves it: see
+ * cas-transactions.ts (ids `tx-<32 hex>-<bucket>`).
  */
 
 export type TransactionState = "open" | "committed" | "aborted";

@@ -262,4 +262,42 @@ describe("transactions on the S3 backend", () => {
     expect(await getBody(a, "tx-cas-gone", "k")).toBeNull();
     await a.leases.release(lease.leaseId);
   }, 30_000);
+
+  it("stages deletes and replaces: old versions visible until the commit, the staged state inside", async () => {
+    const lease = await a.leases.acquire({ bucket, prefix: "e/", ttlMs: 30_000 });
+    expect((await putIn(a, lease, null, bucket, "e/1", "old-1")).status).toBe(200);
+    expect((await putIn(a, lease, null, bucket, "e/2", "old-2")).status).toBe(200);
+    const tx = await openTransaction(a, lease.leaseId);
+    const del = await signedRequest(b.url, {
+      method: "DELETE",
+      path: objectPath(bucket, "e/1"),
+      headers: { "x-fence-token": lease.fencingToken!, "x-fence-transaction": tx.transactionId },
+    });
+    expect(del.status, del.text).toBe(204);
+    expect((await putIn(b, lease, tx.transactionId, bucket, "e/2", "new-2")).status).toBe(200);
+    expect(await getBody(a, bucket, "e/1")).toBe("old-1");
+    expect(await getBody(a, bucket, "e/2")).toBe("old-2");
+    const inside = { "x-fence-transaction": tx.transactionId };
+    expect(
+      (await signedRequest(a.url, { method: "GET", path: objectPath(bucket, "e/1"), headers: inside }))
+        .status,
+    ).toBe(404);
+    const head = await signedRequest(a.url, {
+      method: "HEAD",
+      path: objectPath(bucket, "e/2"),
+      headers: inside,
+    });
+    expect(head.status).toBe(200);
+    expect(head.headers["content-length"]).toBe("5");
+    const commit = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status, commit.text).toBe(200);
+    expect(commit.json.objects).toEqual([
+      { key: "e/1", deleted: true },
+      { key: "e/2", etag: expect.any(String) },
+    ]);
+    expect(await getBody(b, bucket, "e/1")).toBeNull();
+    expect(await getBody(b, bucket, "e/2")).toBe("new-2");
+    expect((await listKeys(b, bucket)).filter((k) => k.startsWith("e/"))).toEqual(["e/2"]);
+    await a.leases.release(lease.leaseId);
+  });
 });

@@ -83,6 +83,13 @@ import type { UploadStore } from "./upload-store.js";
  *
  * Reads resolve through the record: live → the blob (if a newer commit replaced and deleted it
  * meanwhile, read the record again); deleted → NoSuchKey; plain or no record → the plain object.
+ *
+ * Fenced transactions (src/transactions/cas-transactions.ts): a write of a transaction stages
+ * its blob as any put does, then sets the record's `p` (pending: the transaction, its token, the
+ * change) beside the live state, which stays; the transaction's record `<m>t/<id>` is its commit
+ * point. A reader that finds `p` asks that record: committed (and listing this write) → the
+ * pending change is what it serves (and rolls it forward in the store, in the background);
+ * otherwise the live state. A writer resolves `p` first (commit-driver.ts resolvePending).
  * Listings merge records and plain objects in key order (object-listing.ts), records winning,
  * with parsed records cached by their ETag.
  *
@@ -373,7 +380,9 @@ export class S3Backend implements StorageBackend {
 
   /** Also answers for a bucket that no longer exists: null, as nothing fenced is left there. */
   async highestToken(bucket: string, key: string): Promise<number | null> {
-    return (await this.recordOf(bucket, key))?.hct ?? null;
+    // A committed transaction's write not yet rolled forward has set the HCT already.
+    const record = await this.recordOf(bucket, key);
+    return (record?.p ? await this.ctx.visible(bucket, record) : record)?.hct ?? null;
   }
 
   async writeNote(bucket: string, key: string): Promise<string | null> {
