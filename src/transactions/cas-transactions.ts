@@ -91,7 +91,15 @@ export class CasTransactions {
   async describe(id: string, caller: Caller): Promise<TransactionView> {
     const { log, read, lease } = await this.find(id, caller);
     if (read.record.state === "open" && !this.current(read.record, lease)) {
-      await this.end(log, read.record, lease?.brokenAt !== undefined ? "LeaseLost" : "LeaseExpired", caller);
+      // Its commit may come first: then it is committed, which the record says.
+      await this.end(
+        log,
+        read.record,
+        lease?.brokenAt !== undefined ? "LeaseLost" : "LeaseExpired",
+        caller,
+      ).catch((err) => {
+        if (!(isDomainError(err) && err.code === "TransactionCommitted")) throw err;
+      });
       const now = await log.read(id);
       return view(now?.record ?? read.record, lease);
     }
