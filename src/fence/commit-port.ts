@@ -243,6 +243,13 @@ export interface TransactionLog {
    * an open transaction's stays. `key` is the record's (gateway) key.
    */
   settle(key: string): Promise<void>;
+  /**
+   * NoSuchBucket when the bucket is deleted, OperationAborted while it is being deleted: a commit
+   * asks after its commit intents and before its commit point, as a write after its read
+   * (CasPort.checkBucket). A deletion touches the keys of commits with intents, which aborts their
+   * open transactions; a commit whose intents came later sees the deletion here.
+   */
+  checkBucket(): Promise<void>;
 }
 
 /** What a step backend's atomic step did. */

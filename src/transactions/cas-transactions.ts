@@ -220,6 +220,8 @@ export class CasTransactions {
           () => null,
         );
       }
+      // After the intents, never before: a bucket deletion that began meanwhile refuses it.
+      await log.checkBucket();
       let sends = 0;
       for (let attempt = 1; attempt <= MAX_ATTEMPTS && committed === null; attempt++) {
         const next: TxRecord = { ...got.record, state: "committed", commitId, nonce: nonce() };

@@ -248,7 +248,7 @@ describe("transactions on the S3 backend", () => {
     }
   }, 60_000);
 
-  it("ends the open transactions staged in a bucket that is deleted", async () => {
+  it("refuses the commit of a transaction staged in a bucket deleted since", async () => {
     await makeBucket(a, "tx-cas-gone");
     const lease = await a.leases.acquire({ bucket: "tx-cas-gone", prefix: "", ttlMs: 30_000 });
     const tx = await openTransaction(a, lease.leaseId);
@@ -256,12 +256,38 @@ describe("transactions on the S3 backend", () => {
     const deleted = await signedRequest(b.url, { method: "DELETE", path: "/tx-cas-gone" });
     expect(deleted.status, deleted.text).toBe(204);
     const commit = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
-    expect(commit.status).toBe(409);
+    expect(commit.status, commit.text).toBe(404);
+    expect(commit.text).toContain("NoSuchBucket");
     expect((await api(b, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
     await makeBucket(a, "tx-cas-gone");
     expect(await getBody(a, "tx-cas-gone", "k")).toBeNull();
     await a.leases.release(lease.leaseId);
   }, 30_000);
+
+  it("aborts a transaction whose commit is in flight when its bucket is deleted", async () => {
+    const proxy = await startHttpFaultProxy(world.store.url);
+    const c = await world.replica(proxy.url);
+    try {
+      await makeBucket(a, "tx-cas-race");
+      const lease = await c.leases.acquire({ bucket: "tx-cas-race", prefix: "", ttlMs: 30_000 });
+      const tx = await openTransaction(c, lease.leaseId);
+      expect((await putIn(c, lease, tx.transactionId, "tx-cas-race", "k", "staged")).status).toBe(200);
+      // The commit point is held after the intents and the bucket's check...
+      const point = proxy.on({ method: "PUT", path: /\/\.fencegate\/t\// }, { kind: "hold" });
+      const commit = api(c, "POST", `/transactions/${tx.transactionId}/commit`);
+      await point.reached;
+      // ... while the bucket is deleted: the deletion touches the keys with intents.
+      const deleted = await signedRequest(a.url, { method: "DELETE", path: "/tx-cas-race" });
+      point.release();
+      const answer = await commit;
+      expect(deleted.status, deleted.text).toBe(204);
+      expect(answer.status, answer.text).toBe(409);
+      expect((await api(b, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
+      await c.leases.release(lease.leaseId);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
 
   it("stages deletes and replaces: old versions visible until the commit, the staged state inside", async () => {
     const lease = await a.leases.acquire({ bucket, prefix: "e/", ttlMs: 30_000 });

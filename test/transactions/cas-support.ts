@@ -37,7 +37,7 @@ export async function startCasWorld(): Promise<CasWorld> {
     accessKeyId: CREDENTIALS.accessKeyId,
     secretAccessKey: CREDENTIALS.secretAccessKey,
     forcePathStyle: true,
-    requestTimeoutMs: 3_000,
+    requestTimeoutMs: 6_000,
   });
   const overrides = (endpoint = store.url) => ({
     backend: backend(endpoint),

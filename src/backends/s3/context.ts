@@ -60,8 +60,12 @@ export class S3Context {
   }
 
   /** The transaction log of a store bucket; `settle` resolves a key's pending write. */
-  transactionLog(bucket: string, settle: (key: string) => Promise<void>): TransactionLog {
-    return this.txRecords.log(bucket, settle);
+  transactionLog(
+    bucket: string,
+    settle: (key: string) => Promise<void>,
+    checkBucket: () => Promise<void>,
+  ): TransactionLog {
+    return this.txRecords.log(bucket, settle, checkBucket);
   }
 
   /**
@@ -72,7 +76,11 @@ export class S3Context {
   async visible(bucket: string, record: ObjectRecord | null): Promise<ObjectRecord | null> {
     const p = record?.p;
     if (!record || !p) return record;
-    const log = this.txRecords.log(bucket, async () => undefined);
+    const log = this.txRecords.log(
+      bucket,
+      async () => undefined,
+      async () => undefined,
+    );
     const state = await transactionOutcome(log, {
       tx: p.tx,
       token: p.token,

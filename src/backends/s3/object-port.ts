@@ -183,8 +183,10 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
   }
 
   transactions(bucket: string): TransactionLog {
-    return this.ctx.transactionLog(bucket, (key) =>
-      runCommit(this, { bucket, key }, { op: "settle" }).then(() => undefined),
+    return this.ctx.transactionLog(
+      bucket,
+      (key) => runCommit(this, { bucket, key }, { op: "settle" }).then(() => undefined),
+      () => this.requireWritable(bucket),
     );
   }
 
@@ -216,25 +218,8 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
     await runCommit(this, ref, { op: "touch" });
   }
 
-  /**
-   * Whether the bucket holds no live object. Before it says yes, a deletion ends the transactions
-   * staged in the bucket (a touch aborts an open one, rolls a committed one forward): none may
-   * commit into a deleted bucket, and a committed one's objects make it not empty.
-   */
   async isEmpty(bucket: string): Promise<boolean> {
-    if (!(await this.empty(bucket))) return false;
-    let staged = false;
-    for (const namespace of [this.ctx.layout.records, this.ctx.layout.longRecords]) {
-      for await (const page of this.ctx.store.listAll(bucket, namespace)) {
-        for (const o of page.objects) {
-          const record = await this.ctx.records.readListed(bucket, o.name, o.etag);
-          if (!record?.p) continue;
-          staged = true;
-          await runCommit(this, { bucket, key: record.key }, { op: "touch" });
-        }
-      }
-    }
-    return staged ? this.empty(bucket) : true;
+    return this.empty(bucket);
   }
 
   async removeUploads(bucket: string): Promise<void> {

@@ -19,13 +19,21 @@ export class TransactionRecords {
     private readonly layout: Layout,
   ) {}
 
-  /** The log of one store bucket; `settle` resolves a key's pending write (the backend's key). */
-  log(bucket: string, settle: (key: string) => Promise<void>): TransactionLog {
+  /**
+   * The log of one store bucket; `settle` resolves a key's pending write (the backend's key),
+   * `checkBucket` refuses while the bucket is deleted or being deleted (CasPort.checkBucket).
+   */
+  log(
+    bucket: string,
+    settle: (key: string) => Promise<void>,
+    checkBucket: () => Promise<void>,
+  ): TransactionLog {
     return {
       create: (record) => this.create(bucket, record),
       read: (id) => this.read(bucket, id),
       swap: (from, next) => this.swap(bucket, from, next),
       settle,
+      checkBucket,
     };
   }
 
