@@ -1,10 +1,10 @@
-import { GetObjectCommand } from "@aws-sdk/client-s3";
+import { GetObjectCommand, HeadObjectCommand } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHttpFaultProxy } from "../support/fault-proxy.js";
 import type { TestGateway } from "../support/gateway.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { requireTools } from "../support/tools.js";
-import { sleep } from "../support/wait.js";
+import { sleep, waitFor } from "../support/wait.js";
 import { type CasWorld, startCasWorld } from "./cas-support.js";
 import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
 import { checkHistory, runHistory } from "./visibility-history.js";
@@ -39,6 +39,29 @@ async function storedTransaction(id: string): Promise<Record<string, unknown>> {
   try {
     const got = await raw.send(new GetObjectCommand({ Bucket: bucket, Key: `.fencegate/t/${id}` }));
     return JSON.parse(await got.Body!.transformToString()) as Record<string, unknown>;
+  } finally {
+    raw.destroy();
+  }
+}
+
+/** A key's record as the store holds it. */
+async function storedRecord(key: string): Promise<Record<string, unknown>> {
+  const raw = world.store.s3();
+  try {
+    const got = await raw.send(new GetObjectCommand({ Bucket: bucket, Key: `.fencegate/r/${key}` }));
+    return JSON.parse(await got.Body!.transformToString()) as Record<string, unknown>;
+  } finally {
+    raw.destroy();
+  }
+}
+
+async function storedExists(name: string): Promise<boolean> {
+  const raw = world.store.s3();
+  try {
+    await raw.send(new HeadObjectCommand({ Bucket: bucket, Key: name }));
+    return true;
+  } catch {
+    return false;
   } finally {
     raw.destroy();
   }
@@ -132,8 +155,16 @@ describe("transactions on the S3 backend", () => {
     const lease = await a.leases.acquire({ bucket, prefix: "d/", ttlMs: 30_000 });
     const tx = await openTransaction(a, lease.leaseId);
     expect((await putIn(a, lease, tx.transactionId, bucket, "d/1", "x")).status).toBe(200);
+    const staged = `.fencegate/d/${((await storedRecord("d/1")).p as { live: { blob: string } }).live.blob}`;
+    expect(await storedExists(staged)).toBe(true);
     const abort = await api(b, "DELETE", `/transactions/${tx.transactionId}`);
     expect(abort.status).toBe(204);
+    // Its pending write dropped, its staged bytes removed (a moment later, with others).
+    expect((await storedRecord("d/1")).p).toBeUndefined();
+    await waitFor(async () => ((await storedExists(staged)) ? null : true), {
+      what: "the staged blob's removal",
+      timeoutMs: 5_000,
+    });
     expect(await getBody(a, bucket, "d/1")).toBeNull();
     expect((await api(a, "POST", `/transactions/${tx.transactionId}/commit`)).status).toBe(409);
     expect((await putIn(a, lease, null, bucket, "d/1", "y")).status).toBe(200);
