@@ -2,7 +2,7 @@ import type { Readable } from "node:stream";
 import type { TxDomain } from "../core/tx.js";
 import type { InFlightWrites } from "../fence/bucket-deletion.js";
 import type { CommitOutcome, FencedCommit, WriteConditions } from "../fence/commit.js";
-import type { EarlyState } from "../fence/commit-port.js";
+import type { EarlyState, TransactionLog } from "../fence/commit-port.js";
 
 /**
  * The contract every storage backend (fs, memory, s3, azure) fulfils, and every type backends
@@ -359,6 +359,11 @@ export interface StorageBackend extends BackendCapabilities {
    * transaction (StagedWrite.change.version), for a read inside that transaction.
    */
   readStaged?(bucket: string, key: string, version: unknown, range?: RangeRequest): Promise<GetObjectResult>;
+  /**
+   * Compare-and-swap backends: the records of the bucket's fenced transactions, kept in the
+   * store (src/fence/commit-port.ts TransactionLog), so that any gateway can commit them.
+   */
+  transactionLog?(bucket: string): TransactionLog | undefined;
 
   /** The HCT of an object, live or deleted; null when no fenced write ever reached it. */
   highestToken(bucket: string, key: string): Promise<number | null>;

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { DomainError } from "../core/errors.js";
+import { DomainError, StaleTokenError } from "../core/errors.js";
 import type { TxDomain } from "../core/tx.js";
 import {
   applyFence,
@@ -9,15 +9,19 @@ import {
   type TransactionSink,
 } from "./commit.js";
 import type {
+  CasNext,
   CasPort,
   CommitPort,
   FenceState,
   NextState,
   ObjectRef,
   Observed,
+  Pending,
   ReadOptions,
   StepPort,
   SwapAnswer,
+  TransactionLog,
+  TxState,
 } from "./commit-port.js";
 import { WRITE_HISTORY } from "./commit-port.js";
 
@@ -59,7 +63,12 @@ export type CommitSpec<S> =
   /** HCT := max(HCT, token), nothing else changes (the fencing of commit intents, lease breaks). */
   | { op: "raise"; token: number }
   /** The same state again under a new write id: no commit in flight over the old one can land. */
-  | { op: "touch" };
+  | { op: "touch" }
+  /**
+   * Only resolves a pending transaction write in the state (rolled forward when its transaction
+   * committed, dropped when it did not); an open transaction's stays. Compare-and-swap backends.
+   */
+  | { op: "settle" };
 
 export type CommitResult = {
   /** The state the commit found: the one it replaced, when it wrote. */
@@ -135,6 +144,7 @@ function decide<S>(
   if (spec.op === "touch") {
     return { next: { kind: "keep", hct: state.hct, writeId }, highestToken: state.hct };
   }
+  if (spec.op === "settle") return { next: null, highestToken: state.hct };
   const hct = applyFence(commit?.fence ?? null, state.hct);
   if (commit) checkWriteConditions(commit.conditions, state.etag);
   switch (spec.op) {
@@ -158,7 +168,8 @@ function decide<S>(
 const noteOf = (commit: FencedCommit | undefined) => (commit?.note ? { note: commit.note } : {});
 
 /** Whether the commit is a client's write (the bucket must be writable), not a raise or a touch. */
-const isWrite = (spec: CommitSpec<unknown>) => spec.op !== "raise" && spec.op !== "touch";
+const isWrite = (spec: CommitSpec<unknown>) =>
+  spec.op !== "raise" && spec.op !== "touch" && spec.op !== "settle";
 
 /** Whether the commit needs the live ETag of a foreign object too (conditions, a delete's answer). */
 const needsEtag = (spec: CommitSpec<unknown>, commit: FencedCommit | undefined) =>
@@ -202,11 +213,14 @@ async function stage<S>(
   commit: FencedCommit,
   transaction: TransactionSink,
 ): Promise<CommitResult> {
-  if (port.kind !== "step") {
-    throw new DomainError(
-      "NotImplemented",
-      "transactions need a backend that commits in atomic steps (the embedded filesystem backend); this bucket's backend does not offer them yet",
-    );
+  if (port.kind === "cas") {
+    if (!transaction.cas || !port.transactions) {
+      throw new DomainError("NotImplemented", "this transaction cannot take writes to this bucket's backend");
+    }
+    // The transaction as its record says now: open, this write's lease.
+    await transaction.cas.open();
+    const staged = await runSwaps(port, ref, spec, commit, transaction);
+    return { ...staged, wrote: false };
   }
   const write: StagedWrite = {
     ref,
@@ -286,9 +300,12 @@ async function runSwaps<S>(
   ref: ObjectRef,
   spec: CommitSpec<S>,
   commit: FencedCommit | undefined,
+  stageIn?: TransactionSink,
 ): Promise<CommitResult> {
   const writeId = newWriteId();
   const write = isWrite(spec);
+  // The transaction's own pending write is not in its way (a staging again, its multipart steps).
+  const own = stageIn?.transactionId ?? commit?.transaction?.transactionId;
   const etag = needsEtag(spec, commit);
   /** The object's state read from the store now, and the bucket checked after it (CasPort.checkBucket). */
   const fresh = async (attempt: number): Promise<Observed> => {
@@ -309,10 +326,43 @@ async function runSwaps<S>(
   /** The state the last send whose answer never came was conditioned on. */
   let uncertain: Observed | null = null;
   for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
-    let decided: ReturnType<typeof decide<S>>;
+    const pending = observed.pending;
+    if (pending && pending.tx !== own && uncertain === null) {
+      // Another transaction's write is staged here: resolved first, on a fresh read.
+      if (observed.cached) {
+        observed = await fresh(attempt);
+        attempt--;
+        continue;
+      }
+      const resolution = await resolvePending(port, ref, pending, spec, commit);
+      if (resolution !== "keep") {
+        await settlePending(port, ref, observed, pending, resolution === "forward", attempt);
+        observed = await fresh(attempt + 1);
+        continue;
+      }
+    }
+    let decided: { next: CasNext<S> | null; highestToken: number | null };
     try {
       decided = decide(spec, observed, commit, writeId);
       if (decided.next?.kind === "put") await port.usable?.(decided.next.version, observed);
+      if (stageIn && (spec.op === "put" || spec.op === "delete")) {
+        // A transaction's write: checked as a single write, then staged beside the live state.
+        decided = {
+          next: {
+            kind: "stage",
+            pending: {
+              tx: stageIn.transactionId,
+              token: commit?.fence?.token ?? 0,
+              change: spec.op === "put" ? { kind: "put", version: spec.version } : { kind: "delete" },
+              writeId,
+              ...(commit?.note ? { note: commit.note } : {}),
+            },
+            hct: observed.hct,
+            writeId,
+          },
+          highestToken: decided.highestToken,
+        };
+      }
     } catch (e) {
       // A state this process remembered may be stale: a refusal is only decided on a fresh read.
       if (!observed.cached) throw e;
@@ -345,6 +395,7 @@ async function runSwaps<S>(
     for (let sends = 1; ; sends++) {
       if (answer.outcome === "swapped") {
         await landedOver(port, ref, observed, next);
+        if (next.kind === "stage") await joined(port, ref, stageIn!, next);
         return {
           before: observed,
           highestToken,
@@ -357,6 +408,7 @@ async function runSwaps<S>(
       if (now.writes.includes(writeId)) {
         // An earlier send landed although its answer was lost (or was a lost race's 412).
         await landedOver(port, ref, uncertain ?? observed, next);
+        if (next.kind === "stage") await joined(port, ref, stageIn!, next);
         return { before: uncertain ?? observed, highestToken, wrote: true };
       }
       if (now.version !== observed.version) {
@@ -384,6 +436,140 @@ async function runSwaps<S>(
   );
 }
 
+/**
+ * What a commit does with another transaction's write staged in the object's state, after a
+ * look at that transaction's record: roll it forward (committed), drop it (aborted, or never
+ * joined), or leave it (open, and this commit need not pass it: a settle, a raise no higher than
+ * its token). An open transaction is aborted first (compare-and-swap on its record; if its
+ * commit came first, it is rolled forward) by a commit of a higher token (its lease has ended:
+ * overlapping leases exclude each other and tokens grow) and by a touch (a bucket deletion).
+ * Refused: the same token (another write of the same lease, outside that transaction), a lower
+ * one, an unfenced write.
+ */
+async function resolvePending<S>(
+  port: CasPort<S>,
+  ref: ObjectRef,
+  pending: Pending<unknown>,
+  spec: CommitSpec<S>,
+  commit: FencedCommit | undefined,
+): Promise<"forward" | "drop" | "keep"> {
+  const log = port.transactions!(ref.bucket);
+  let state = await transactionOutcome(log, pending);
+  if (state === "open" && spec.op === "touch") {
+    // A bucket deletion ends the transactions staged in the bucket.
+    state = await abortTransaction(log, pending.tx, "BucketDeleted");
+  } else if (state === "open") {
+    if (spec.op === "settle") return "keep";
+    const token = spec.op === "raise" ? spec.token : (commit?.fence?.token ?? null);
+    if (spec.op === "raise" && token !== null && token <= pending.token) return "keep";
+    if (token === null) {
+      throw new DomainError(
+        "OperationAborted",
+        `${ref.key} is staged in open transaction ${pending.tx}; an unfenced write cannot pass it`,
+        { transactionId: pending.tx },
+      );
+    }
+    if (token < pending.token) throw new StaleTokenError(token, pending.token);
+    if (token === pending.token) {
+      throw new DomainError(
+        "OperationAborted",
+        `${ref.key} is staged in open transaction ${pending.tx} of the same lease; write it in that transaction, or commit or abort it first`,
+        { transactionId: pending.tx },
+      );
+    }
+    state = await abortTransaction(log, pending.tx, "Superseded");
+  }
+  // Committed after all (its commit came first): only if it lists this very write.
+  if (state === "committed") state = await transactionOutcome(log, pending);
+  return state === "committed" ? "forward" : "drop";
+}
+
+/**
+ * Whether a pending write made it: committed only when its transaction's record is committed
+ * AND lists the key with that very write (a staging that never joined is not part of it).
+ */
+export async function transactionOutcome(log: TransactionLog, pending: Pending<unknown>): Promise<TxState> {
+  const got = await log.read(pending.tx);
+  if (!got) return "aborted";
+  const { record } = got;
+  if (record.state !== "committed") return record.state;
+  return record.keys.some((e) => e.writeId === pending.writeId) ? "committed" : "aborted";
+}
+
+/**
+ * Ends an open transaction as aborted, by compare-and-swap on its record (its commit point).
+ * Answers the state the record ended in: "aborted", or "committed" when its commit came first.
+ * Throws ServiceUnavailable when the store does not let that be learnt.
+ */
+export async function abortTransaction(log: TransactionLog, id: string, reason: string): Promise<TxState> {
+  for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
+    const got = await log.read(id);
+    if (!got) return "aborted";
+    if (got.record.state !== "open") return got.record.state;
+    const answer = await log.swap(got, {
+      ...got.record,
+      state: "aborted",
+      reason,
+      nonce: randomBytes(12).toString("base64url"),
+    });
+    if (answer.outcome === "swapped") return "aborted";
+    // Lost (a commit or an abort came first, or S3's transient conflict) or unknown: look again.
+    await backoff(attempt);
+  }
+  throw new DomainError("ServiceUnavailable", `transaction ${id} could not be aborted; please retry`, {
+    retryAfterSeconds: 1,
+  });
+}
+
+/** One conditional write that resolves a pending write; its outcome is learnt by reading again. */
+async function settlePending<S>(
+  port: CasPort<S>,
+  ref: ObjectRef,
+  observed: Observed,
+  pending: Pending<unknown>,
+  forward: boolean,
+  attempt: number,
+): Promise<void> {
+  const next: CasNext<S> = {
+    kind: "settle",
+    forward,
+    hct: forward ? Math.max(observed.hct ?? pending.token, pending.token) : observed.hct,
+    writeId: newWriteId(),
+    ...(forward && pending.note !== undefined
+      ? { note: pending.note }
+      : observed.note !== undefined
+        ? { note: observed.note }
+        : {}),
+  };
+  const answer = await port.swap(ref, observed, next, { attempt, op: "settle" });
+  // Lost or unknown: the next read says. A settle that lands late does what this one would.
+  if (answer.outcome === "swapped") await landedOver(port, ref, observed, next);
+}
+
+/**
+ * After a transaction's write was staged: the key joins the transaction's record. When it cannot
+ * (the transaction ended meanwhile), the staged write is dropped and the write refused.
+ */
+async function joined<S>(
+  port: CasPort<S>,
+  ref: ObjectRef,
+  sink: TransactionSink,
+  next: Extract<CasNext<S>, { kind: "stage" }>,
+): Promise<void> {
+  const change = next.pending.change;
+  try {
+    await sink.cas!.join({
+      writeId: next.writeId,
+      ...(change.kind === "put"
+        ? { etag: String((change.version as { etag?: string }).etag ?? "") }
+        : { deleted: true as const }),
+    });
+  } catch (e) {
+    await runSwaps(port, ref, { op: "settle" }, undefined).catch(() => undefined);
+    throw e;
+  }
+}
+
 /** The state after a send that did not say "swapped"; a failed read leaves an unknown send unknown. */
 async function readAfter<S>(
   port: CasPort<S>,
@@ -405,7 +591,7 @@ async function landedOver<S>(
   port: CasPort<S>,
   ref: ObjectRef,
   from: Observed,
-  next: NextState<S>,
+  next: CasNext<S>,
 ): Promise<void> {
   await port.replaced?.(ref, from, next).catch(() => undefined);
 }

@@ -68,6 +68,27 @@ export type Observed = FenceState & {
    * Write conditions and deletes are never decided on such a state (the driver reads again).
    */
   etagUnknown?: boolean;
+  /**
+   * A write of a fenced transaction staged over this state (Percolator-style): it becomes the
+   * live state only once the transaction's record says committed. Compare-and-swap backends only.
+   */
+  pending?: Pending<unknown>;
+};
+
+/**
+ * A transaction's write staged in an object's state, beside the live bytes and HCT it leaves as
+ * they are: the change it makes once its transaction commits (src/transactions/).
+ */
+export type Pending<S> = {
+  /** The transaction's id (its record: TransactionLog). */
+  tx: string;
+  /** The transaction's lease token: the HCT the change sets once rolled forward. */
+  token: number;
+  change: { kind: "put"; version: S } | { kind: "delete" };
+  /** The staging write's id; the transaction's record lists it with the key once the key joined. */
+  writeId: string;
+  /** The write's note (FencedCommit.note). */
+  note?: string;
 };
 
 /** What a write makes of the object. `S` is the backend's staged version. */
@@ -87,6 +108,24 @@ export type NextState<S> = Change<S> & {
   /** A put's or a delete's note (FencedCommit.note); a keep carries the state's own. */
   note?: string;
 };
+
+/**
+ * What a conditional write makes of a compare-and-swap backend's object: a change as above (a
+ * keep keeps a pending write; a put or a delete replaces an own transaction's... never another's:
+ * the driver resolves that first), or a transaction's own changes.
+ */
+export type CasNext<S> =
+  | NextState<S>
+  | (TxChange<S> & { hct: number | null; writeId: string; note?: string });
+
+export type TxChange<S> =
+  /** Live bytes and HCT as they are; a transaction's write is staged over them (Observed.pending). */
+  | { kind: "stage"; pending: Pending<S> }
+  /**
+   * The state's pending write resolved: `forward` (its transaction committed) makes it the live
+   * state, HCT := max(HCT, its token); otherwise it is dropped.
+   */
+  | { kind: "settle"; forward: boolean };
 
 /** How a conditional write ended. */
 export type SwapAnswer =
@@ -142,7 +181,7 @@ export interface CasPort<S> {
    * `from.writes` (the last WRITE_HISTORY). Sent once: never retried inside, so that "lost" is
    * true of this very request. Throws a DomainError only when the store certainly did nothing.
    */
-  swap(ref: ObjectRef, from: Observed, next: NextState<S>, opts: SwapOptions): Promise<SwapAnswer>;
+  swap(ref: ObjectRef, from: Observed, next: CasNext<S>, opts: SwapOptions): Promise<SwapAnswer>;
   /**
    * Throws (a DomainError) when a staged version can no longer be committed over `state`: its
    * bytes were discarded by a concurrent commit, or they are older than the garbage collector's
@@ -152,7 +191,65 @@ export interface CasPort<S> {
   /** Removes a staged version that will never be committed (best effort). */
   discard(ref: ObjectRef, version: S): Promise<void>;
   /** After `next` landed over `from`: frees what only `from` used (best effort). */
-  replaced?(ref: ObjectRef, from: Observed, next: NextState<S>): Promise<void>;
+  replaced?(ref: ObjectRef, from: Observed, next: CasNext<S>): Promise<void>;
+  /**
+   * Where the records of the bucket's fenced transactions are (the commit point of each): how a
+   * write that finds another transaction's pending write resolves it. Absent: no transactions.
+   */
+  transactions?(bucket: string): TransactionLog;
+}
+
+/** A fenced transaction's state in its record. committed and aborted are final. */
+export type TxState = "open" | "committed" | "aborted";
+
+/** A key of a transaction, as its record lists it: the staging write that put it there. */
+export type TxEntry = { key: string; writeId: string } & ({ etag: string } | { deleted: true });
+
+/**
+ * A transaction's record: the single commit point of a transaction on a compare-and-swap
+ * backend. Created once (absent → open); every later change replaces it conditionally on the
+ * version read. Its `nonce` makes each version's compare-and-swap token unique.
+ */
+export type TxRecord = {
+  v: 1;
+  id: string;
+  leaseId: string;
+  token: number;
+  /** The gateway bucket. */
+  bucket: string;
+  state: TxState;
+  /** The keys staged (gateway keys), each with the write whose pending it names. */
+  keys: TxEntry[];
+  reason?: string;
+  /** The id of the write that committed it: a commit whose answer was lost learns it here. */
+  commitId?: string;
+  /** The lease's expiry when the transaction was opened (ms since the epoch). */
+  expiresAt: number;
+  created: number;
+  nonce: string;
+};
+
+export type TxRead = { record: TxRecord; version: string };
+
+/** The records of one bucket's transactions, in the store (the backend's own system area). */
+export interface TransactionLog {
+  /** Creates the record (absent only); false when one exists. Throws when the outcome is unknown. */
+  create(record: TxRecord): Promise<boolean>;
+  read(id: string): Promise<TxRead | null>;
+  /** Replaces `from` with `next` only if it is still `from` (sent once, like CasPort.swap). */
+  swap(from: TxRead, next: TxRecord): Promise<SwapAnswer>;
+  /**
+   * Resolves the key's pending write as its transaction's record says (roll forward or drop);
+   * an open transaction's stays. `key` is the record's (gateway) key.
+   */
+  settle(key: string): Promise<void>;
+  /**
+   * NoSuchBucket when the bucket is deleted, OperationAborted while it is being deleted: a commit
+   * asks after its commit intents and before its commit point, as a write after its read
+   * (CasPort.checkBucket). A deletion touches the keys of commits with intents, which aborts their
+   * open transactions; a commit whose intents came later sees the deletion here.
+   */
+  checkBucket(): Promise<void>;
 }
 
 /** What a step backend's atomic step did. */

@@ -113,6 +113,22 @@ export interface TransactionSink {
    * it in a file.
    */
   holdInMemory(bytes: number): boolean;
+  /**
+   * On a compare-and-swap backend, where the transaction lives in its record in the store (any
+   * gateway may stage, commit or abort it): the staged write is kept in the object's own state
+   * (Observed.pending) and the key joins the record.
+   */
+  cas?: CasTransactionSink;
+}
+
+export interface CasTransactionSink {
+  /** Before staging: the record says open, and the write's lease is the transaction's (throws). */
+  open(): Promise<void>;
+  /**
+   * After the write was staged in the object's state: the key joins the record with that write
+   * (a conditional write of the record). Throws when the transaction is no longer open.
+   */
+  join(entry: { writeId: string } & ({ etag: string } | { deleted: true })): Promise<void>;
 }
 
 /**

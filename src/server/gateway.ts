@@ -135,6 +135,8 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     clock,
     domainOf: (bucket) => backend.domainOf(bucket),
     limits: config.transactions,
+    logOf: (bucket) => backend.transactionLog(bucket),
+    ...txTestPause(),
     log: log.child({ component: "transactions" }),
     observe: (outcome) => metrics.transaction(outcome),
   });
@@ -552,4 +554,14 @@ export function summarizeApiRequest(
   if (status >= 500) summary.decision = "unknown";
   else if (status >= 400) summary.decision = "rejected";
   else if (summary.principal !== undefined) summary.decision = "accepted";
+}
+
+/**
+ * FENCEGATE_TEST_TX_PAUSE_AFTER_COMMIT_MS: a pause right after a compare-and-swap transaction's
+ * commit point, before its keys are rolled forward (tests kill the gateway there). Tests only.
+ */
+function txTestPause(): { afterCommitPoint?: () => Promise<void> } {
+  const ms = Number(process.env.FENCEGATE_TEST_TX_PAUSE_AFTER_COMMIT_MS ?? "");
+  if (!(ms > 0)) return {};
+  return { afterCommitPoint: () => new Promise((resolve) => setTimeout(resolve, ms)) };
 }

@@ -6,10 +6,12 @@ import type { Logger } from "../core/log.js";
 import type { TxDomain } from "../core/tx.js";
 import type { StagedWrite, TransactionSink } from "../fence/commit.js";
 import { runTransactionStep } from "../fence/commit-driver.js";
+import type { TransactionLog } from "../fence/commit-port.js";
 import { judgeLease, type LeaseClaims, leaseState, resourceOf } from "../leases/lease-rules.js";
 import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { CommitIntent, LeaseRecord, LeaseStore } from "../leases/lease-store.js";
 import type { TransactionOutcome } from "../metrics/observe.js";
+import { CasTransactions, casBucketOf } from "./cas-transactions.js";
 
 /**
  * Fenced transactions (contract: "Fenced transactions"): several writes under one lease become
@@ -32,6 +34,10 @@ import type { TransactionOutcome } from "../metrics/observe.js";
  *
  * Open transactions live in this gateway's memory: a restart aborts them (their staged bytes are
  * unreferenced and collected when the backend opens). What a commit did is in the audit log.
+ *
+ * On compare-and-swap backends (S3) a transaction is not in any gateway's memory but in its
+ * record in the store, and any replica stages, commits, aborts or resolves it: see
+ * cas-transactions.ts (ids `tx-<32 hex>-<bucket>`).
  */
 
 export type TransactionState = "open" | "committed" | "aborted";
@@ -79,6 +85,13 @@ export type TransactionsOptions = {
   clock: Clock;
   /** The atomic-step domain of the backend holding a bucket (none: no transactions there). */
   domainOf(bucket: string): TxDomain | undefined;
+  /**
+   * The transaction records of a bucket's compare-and-swap backend (none: not such a backend):
+   * its transactions live in the store (cas-transactions.ts).
+   */
+  logOf?(bucket: string): TransactionLog | undefined;
+  /** Called right after a compare-and-swap transaction's commit point landed (tests). */
+  afterCommitPoint?: (id: string) => Promise<void>;
   limits?: Partial<TransactionLimits>;
   log?: Logger;
   /** Told how each transaction ended (metrics). */
@@ -114,9 +127,21 @@ export class Transactions {
   /** Bytes held in memory for open transactions' staged bodies (TransactionSink.holdInMemory). */
   private memoryHeld = 0;
   private readonly limits: TransactionLimits;
+  /** Transactions of buckets on compare-and-swap backends: their state is in the store. */
+  private readonly cas: CasTransactions;
 
   constructor(private readonly opts: TransactionsOptions) {
     this.limits = { ...DEFAULT_TRANSACTION_LIMITS, ...opts.limits };
+    this.cas = new CasTransactions({
+      leases: opts.leases,
+      store: opts.store,
+      audit: opts.audit,
+      clock: opts.clock,
+      logOf: (bucket) => opts.logOf?.(bucket),
+      ...(opts.afterCommitPoint ? { afterCommitPoint: opts.afterCommitPoint } : {}),
+      maxObjects: this.limits.maxObjects,
+      ...(opts.log ? { log: opts.log } : {}),
+    });
   }
 
   /** Opens a transaction on a current lease, for the lease's principal or its delegates. */
@@ -132,6 +157,7 @@ export class Transactions {
       });
     }
     const domain = this.opts.domainOf(lease.bucket);
+    if (!domain && this.cas.handles(lease.bucket)) return this.cas.begin(lease, newTransactionId());
     if (!domain) {
       throw new DomainError(
         "NotImplemented",
@@ -160,6 +186,7 @@ export class Transactions {
 
   /** The transaction's state and its staged (or committed) objects. */
   async describe(id: string, caller: Caller): Promise<TransactionView> {
+    if (casBucketOf(id) !== null) return this.cas.describe(id, caller);
     const tx = this.find(id, caller);
     await this.abortIfLeaseEnded(tx);
     return this.view(tx);
@@ -175,6 +202,7 @@ export class Transactions {
     bucket: string,
     key: string,
   ): TransactionSink {
+    if (casBucketOf(id) !== null) return this.cas.sinkFor(id, claims, bucket, key);
     const tx = this.open.get(id);
     if (!tx) throw notFound(id);
     if (claims === null) {
@@ -237,6 +265,7 @@ export class Transactions {
    * thrown and the transaction is aborted). A committed transaction answers the same again.
    */
   async commit(id: string, caller: Caller): Promise<CommitAnswer> {
+    if (casBucketOf(id) !== null) return this.cas.commit(id, caller);
     const tx = this.find(id, caller);
     if (tx.state === "committed") {
       await this.recordCommit(tx);
@@ -252,6 +281,7 @@ export class Transactions {
 
   /** Aborts an open transaction: nothing it staged becomes visible; its staged bytes are removed. */
   async abort(id: string, caller: Caller): Promise<void> {
+    if (casBucketOf(id) !== null) return this.cas.abort(id, caller);
     const tx = this.find(id, caller);
     if (tx.state === "committing") await tx.committing!.catch(() => undefined);
     if (tx.state === "committed") {
@@ -495,6 +525,7 @@ export class Transactions {
    * caller that does not act for its lease.
    */
   stagedRead(id: string, bucket: string, key: string, caller: Caller): StagedWrite | null {
+    if (casBucketOf(id) !== null) return this.cas.stagedRead(id, bucket, key);
     const tx = this.find(id, caller);
     if (tx.state !== "open" || tx.lease.bucket !== bucket) return null;
     return tx.staged.get(key) ?? null;

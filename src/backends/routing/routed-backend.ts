@@ -1,6 +1,7 @@
 import { DomainError } from "../../core/errors.js";
 import { MAX_OBJECT_KEY_BYTES } from "../../core/key-rules.js";
 import type { TxDomain } from "../../core/tx.js";
+import type { TransactionLog } from "../../fence/commit-port.js";
 import type {
   BucketInfo,
   CompleteUploadInput,
@@ -127,6 +128,14 @@ export class RoutedBackend implements StorageBackend {
 
   domainOf(bucket: string): TxDomain | undefined {
     return this.route(bucket).backend.domain;
+  }
+
+  /** The transaction records of a gateway bucket's backend, keys translated; undefined: none. */
+  transactionLog(bucket: string): TransactionLog | undefined {
+    const r = this.route(bucket);
+    const log = r.backend.transactionLog?.(r.target);
+    if (!log) return undefined;
+    return { ...log, settle: (key) => log.settle(this.storeKey(r, key)) };
   }
 
   /** Every distinct backend behind the gateway. */

@@ -2,14 +2,17 @@ import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { BucketTrust } from "../../fence/bucket-deletion.js";
+import { transactionOutcome } from "../../fence/commit-driver.js";
+import type { TransactionLog } from "../../fence/commit-port.js";
 import { parseMarker } from "./bucket-marker.js";
 import type { CapabilityGate } from "./capability.js";
 import type { Layout } from "./layout.js";
 import type { S3CommitHooks } from "./options.js";
 import type { RecordStore } from "./record-store.js";
-import { newNonce, type ObjectRecord, type ReadRecord } from "./records.js";
+import { newNonce, type ObjectRecord, type ReadRecord, rolledForward, withoutPending } from "./records.js";
 import type { Store, StoredObject } from "./store.js";
 import { noSuchBucket } from "./store-errors.js";
+import { TransactionRecords } from "./transaction-log.js";
 
 /**
  * How long replaced blobs wait to be removed together (a bucket written to all the time costs
@@ -36,6 +39,13 @@ export class S3Context {
   /** Replaced blobs waiting to be removed, by bucket (removeReplaced). */
   private retired = new Map<string, Set<string>>();
   private retireTimer: NodeJS.Timeout | undefined;
+  /** The records of fenced transactions (`<m>t/<id>`). */
+  readonly txRecords: TransactionRecords;
+  /**
+   * Resolves a key's pending write in the store (the port's settle): a reader that found one
+   * committed asks for it, off its own path (best effort).
+   */
+  settleLater: ((bucket: string, key: string) => void) | undefined;
 
   constructor(
     readonly store: Store,
@@ -45,7 +55,42 @@ export class S3Context {
     readonly clock: Clock,
     readonly hooks: S3CommitHooks | undefined,
     readonly log: Logger | undefined,
-  ) {}
+  ) {
+    this.txRecords = new TransactionRecords(store, layout);
+  }
+
+  /** The transaction log of a store bucket; `settle` resolves a key's pending write. */
+  transactionLog(
+    bucket: string,
+    settle: (key: string) => Promise<void>,
+    checkBucket: () => Promise<void>,
+  ): TransactionLog {
+    return this.txRecords.log(bucket, settle, checkBucket);
+  }
+
+  /**
+   * The record as a reader sees it: a pending transaction write is the live state once its
+   * transaction's record says committed (and lists it), and invisible otherwise. A committed one
+   * is rolled forward in the store in the background.
+   */
+  async visible(bucket: string, record: ObjectRecord | null): Promise<ObjectRecord | null> {
+    const p = record?.p;
+    if (!record || !p) return record;
+    const log = this.txRecords.log(
+      bucket,
+      async () => undefined,
+      async () => undefined,
+    );
+    const state = await transactionOutcome(log, {
+      tx: p.tx,
+      token: p.token,
+      change: { kind: "delete" },
+      writeId: p.w,
+    });
+    if (state !== "committed") return withoutPending(record);
+    this.settleLater?.(bucket, record.key);
+    return rolledForward(record);
+  }
 
   assertOpen(): void {
     if (this.closed) throw new DomainError("ServiceUnavailable", "the s3 backend is closed");
@@ -95,7 +140,7 @@ export class S3Context {
   async current(
     bucket: string,
     key: string,
-    opts: { plain: boolean; checkBucket: boolean; latest?: boolean; signal?: AbortSignal },
+    opts: { plain: boolean; checkBucket: boolean; latest?: boolean; signal?: AbortSignal; visible?: boolean },
   ): Promise<Current & { cached: boolean }> {
     // A write's early look may start from the record this process last saw: its commit names
     // that record's ETag, so a stale one only costs a refused conditional write and a fresh read.
@@ -105,7 +150,8 @@ export class S3Context {
       opts.checkBucket ? this.softDeleted(bucket, opts.signal) : false,
     ]);
     if (deleted) throw noSuchBucket(bucket);
-    const record = read?.record ?? null;
+    // A reader sees a pending transaction write as its transaction's record says.
+    const record = opts.visible ? await this.visible(bucket, read?.record ?? null) : (read?.record ?? null);
     const lookPlain = opts.plain && (record === null || record.state === "plain");
     const plain = lookPlain ? await this.store.head(bucket, key, opts.signal) : null;
     const liveEtag = record?.state === "live" && record.live ? record.live.etag : (plain?.etag ?? null);

@@ -1,5 +1,5 @@
 import { DomainError } from "../../core/errors.js";
-import { newWriteId } from "../../fence/commit-driver.js";
+import { newWriteId, runCommit, transactionOutcome } from "../../fence/commit-driver.js";
 import type { ObjectRef } from "../../fence/commit-port.js";
 import type { S3Context } from "./context.js";
 import { BLOB_META, blobTime, decodeKey, UPLOAD_ID } from "./layout.js";
@@ -144,6 +144,14 @@ async function condemn(ctx: S3Context, port: S3ObjectPort, ref: ObjectRef, id: s
     const now = await port.read(ref, { attempt, etag: false });
     const record = (now.raw as { read: ReadRecord | null }).read?.record ?? null;
     if (liveOf(record)?.blob === id) return false;
+    const p = record?.p;
+    if (p?.kind === "put" && p.live?.blob === id && now.pending) {
+      // A transaction's staged write names it: kept while the transaction is open or committed
+      // (it is, or will be, the live version); an aborted one's is dropped, then collected.
+      if ((await transactionOutcome(port.transactions(ref.bucket), now.pending)) !== "aborted") return false;
+      await runCommit(port, ref, { op: "settle" });
+      continue;
+    }
     if ((record?.gc ?? 0) > staged) return true;
     const next = port.nextRecord(
       ref.key,

@@ -11,6 +11,7 @@ import { createHash, randomBytes } from "node:crypto";
  *   <m>u/<upload id>         a multipart upload's manifest (JSON)
  *   <m>u/<upload id>/<nnnnn> the manifest of its part nnnnn (JSON)
  *   <m>p/<random>            capability probes (short-lived)
+ *   <m>t/<transaction id>    a fenced transaction's record (JSON): its commit point
  *   <m>deleted               present while the bucket is deleted for fencegate but kept in the
  *                            store because records in it still carry HCTs
  *   <m>location              the LocationConstraint the bucket was created with (text), when it
@@ -36,6 +37,7 @@ export class Layout {
   readonly blobs: string;
   readonly uploads: string;
   readonly probes: string;
+  readonly transactions: string;
   readonly deletedMarker: string;
   readonly locationRecord: string;
   /** The longest key (UTF-8 bytes) whose record fits at `<m>r/<key>`. */
@@ -47,6 +49,7 @@ export class Layout {
     this.blobs = `${meta}d/`;
     this.uploads = `${meta}u/`;
     this.probes = `${meta}p/`;
+    this.transactions = `${meta}t/`;
     this.deletedMarker = `${meta}deleted`;
     this.locationRecord = `${meta}location`;
     this.maxDirectKeyBytes = MAX_STORE_KEY_BYTES - Buffer.byteLength(this.records);

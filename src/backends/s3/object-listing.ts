@@ -29,6 +29,11 @@ export class ObjectListing {
     private readonly store: Store,
     private readonly layout: Layout,
     private readonly records: RecordStore,
+    /** The record as a reader sees it (a pending transaction write resolved: S3Context.visible). */
+    private readonly visible: (bucket: string, record: ObjectRecord) => Promise<ObjectRecord | null> = async (
+      _b,
+      r,
+    ) => r,
   ) {}
 
   async list(input: ListInput): Promise<ListResult> {
@@ -97,7 +102,8 @@ export class ObjectListing {
         maxKeys: pageSize,
       });
       const resolved = await mapLimit(page.objects, RECORD_READS_IN_PARALLEL, async (o) => {
-        const record = await this.records.readListed(bucket, o.name, o.etag);
+        const listed = await this.records.readListed(bucket, o.name, o.etag);
+        const record = listed ? await this.visible(bucket, listed) : null;
         return record ? { key: this.layout.keyOfRecordName(o.name), record } : null;
       });
       for (const entry of resolved) if (entry) yield entry;
@@ -148,9 +154,10 @@ export class ObjectListing {
   private async longRecords(bucket: string, prefix: string): Promise<KeyedRecord[]> {
     const found: KeyedRecord[] = [];
     for await (const page of this.store.listAll(bucket, this.layout.longRecords)) {
-      const resolved = await mapLimit(page.objects, RECORD_READS_IN_PARALLEL, (o) =>
-        this.records.readListed(bucket, o.name, o.etag),
-      );
+      const resolved = await mapLimit(page.objects, RECORD_READS_IN_PARALLEL, async (o) => {
+        const listed = await this.records.readListed(bucket, o.name, o.etag);
+        return listed ? this.visible(bucket, listed) : null;
+      });
       for (const record of resolved) {
         if (record?.key.startsWith(prefix)) found.push({ key: record.key, record });
       }

@@ -5,13 +5,14 @@ import {
   type BucketMarker,
   type BucketPhase,
   type BucketPort,
+  type CasNext,
   type CasPort,
-  type NextState,
   type ObjectRef,
   type Observed,
   type ReadOptions,
   type SwapAnswer,
   type SwapOptions,
+  type TransactionLog,
   WRITE_HISTORY,
 } from "../../fence/commit-port.js";
 import { parseMarker } from "./bucket-marker.js";
@@ -73,7 +74,7 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
   async swap(
     ref: ObjectRef,
     from: Observed,
-    next: NextState<LiveVersion>,
+    next: CasNext<LiveVersion>,
     opts: SwapOptions,
   ): Promise<SwapAnswer> {
     const previous = (from.raw as Held).read?.record ?? null;
@@ -94,7 +95,7 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
   nextRecord(
     key: string,
     previous: ObjectRecord | null,
-    next: NextState<LiveVersion>,
+    next: CasNext<LiveVersion>,
     gc?: number,
   ): ObjectRecord {
     const history = writesOf(previous).slice(-(WRITE_HISTORY - 1));
@@ -110,16 +111,38 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
       h: history,
       ...(mark > 0 ? { gc: mark } : {}),
     };
-    // A put's or a delete's note; a raise or a touch keeps the one of the write before.
-    const note = next.kind === "keep" ? previous?.a : next.note;
+    const keepsLive =
+      next.kind === "keep" || next.kind === "stage" || (next.kind === "settle" && !next.forward);
+    // A put's or a delete's note; a raise, a touch or a staging keeps the one of the write before.
+    const note = keepsLive ? previous?.a : next.note;
     if (note !== undefined) record.a = note;
     if (next.kind === "put") {
       record.state = "live";
       record.live = next.version;
-    } else if (next.kind === "keep") {
+    } else if (keepsLive) {
       // Everything as it was; a key without a record keeps showing its plain object, if any.
       record.state = previous?.state ?? "plain";
       if (previous?.live) record.live = previous.live;
+    } else if (next.kind === "settle") {
+      // Rolled forward: the pending write is the live state now.
+      const p = previous?.p;
+      if (p?.kind === "put" && p.live) {
+        record.state = "live";
+        record.live = p.live;
+      }
+    }
+    // A raise or a touch keeps a pending write; a staging makes one; everything else resolves it.
+    if (next.kind === "keep" && previous?.p) record.p = previous.p;
+    if (next.kind === "stage") {
+      const { pending } = next;
+      record.p = {
+        tx: pending.tx,
+        token: pending.token,
+        kind: pending.change.kind,
+        ...(pending.change.kind === "put" ? { live: pending.change.version } : {}),
+        w: pending.writeId,
+        ...(pending.note !== undefined ? { a: pending.note } : {}),
+      };
     }
     return record;
   }
@@ -139,10 +162,32 @@ export class S3ObjectPort implements CasPort<LiveVersion>, BucketPort {
     await this.ctx.removeBlob(ref.bucket, version.blob);
   }
 
-  async replaced(ref: ObjectRef, from: Observed, next: NextState<LiveVersion>): Promise<void> {
-    const old = liveOf((from.raw as Held).read?.record ?? null);
-    if (!old || next.kind === "keep" || (next.kind === "put" && next.version.blob === old.blob)) return;
+  async replaced(ref: ObjectRef, from: Observed, next: CasNext<LiveVersion>): Promise<void> {
+    const previous = (from.raw as Held).read?.record ?? null;
+    const old = liveOf(previous);
+    const pendingBlob = previous?.p?.kind === "put" ? previous.p.live?.blob : undefined;
+    if (next.kind === "stage" || (next.kind === "settle" && !next.forward)) {
+      // A pending write replaced (the same transaction wrote the key again) or dropped: its bytes.
+      const staged =
+        next.kind === "stage" && next.pending.change.kind === "put"
+          ? next.pending.change.version.blob
+          : undefined;
+      if (pendingBlob !== undefined && pendingBlob !== staged)
+        this.ctx.removeReplaced(ref.bucket, pendingBlob);
+      return;
+    }
+    if (!old || next.kind === "keep") return;
+    if (next.kind === "put" && next.version.blob === old.blob) return;
+    if (next.kind === "settle" && pendingBlob === old.blob) return;
     this.ctx.removeReplaced(ref.bucket, old.blob);
+  }
+
+  transactions(bucket: string): TransactionLog {
+    return this.ctx.transactionLog(
+      bucket,
+      (key) => runCommit(this, { bucket, key }, { op: "settle" }).then(() => undefined),
+      () => this.requireWritable(bucket),
+    );
   }
 
   // ---- the bucket's state ----
@@ -212,7 +257,22 @@ export function observedOf(
   const record = read?.record ?? null;
   const live = liveOf(record);
   const held: Held = { read, plainEtag };
+  const p = record?.p;
   return {
+    ...(p
+      ? {
+          pending: {
+            tx: p.tx,
+            token: p.token,
+            change:
+              p.kind === "put" && p.live
+                ? { kind: "put" as const, version: p.live }
+                : { kind: "delete" as const },
+            writeId: p.w,
+            ...(p.a !== undefined ? { note: p.a } : {}),
+          },
+        }
+      : {}),
     hct: record?.hct ?? null,
     etag: live ? live.etag : record?.state === "deleted" ? null : plainEtag,
     deleted: record?.state === "deleted",
@@ -225,5 +285,6 @@ export function observedOf(
 }
 
 function hookOp(op: string): "put" | "complete" | "delete" | "raise" {
+  // A transaction's staging is its write's own commit; a settle, like a raise, no client's.
   return op === "delete" ? "delete" : op === "put" ? "put" : "raise";
 }

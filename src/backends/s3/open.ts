@@ -71,12 +71,27 @@ export function createS3Backend(options: S3BackendOptions): S3Backend {
     options.log,
   );
   const uploads = new UploadStore(ctx);
-  const listing = new ObjectListing(store, layout, records);
+  const listing = new ObjectListing(store, layout, records, (bucket, record) => ctx.visible(bucket, record));
   const port = new S3ObjectPort(
     ctx,
     uploads,
     async (bucket) => (await listing.list({ bucket, maxKeys: 1 })).objects.length === 0,
   );
+  // A reader that found a committed transaction's write not yet rolled forward rolls it forward.
+  const settling = new Set<string>();
+  ctx.settleLater = (bucket, key) => {
+    const id = `${bucket}\n${key}`;
+    // One roll-forward per key at a time, however many readers found it.
+    if (ctx.closed || settling.has(id)) return;
+    settling.add(id);
+    port
+      .transactions(bucket)
+      .settle(key)
+      .finally(() => settling.delete(id))
+      .catch((err) =>
+        ctx.log?.debug?.({ err, bucket, key }, "s3 backend: rolling a transaction write forward failed"),
+      );
+  };
   const multipart = new S3MultipartStore(ctx, uploads, port, {
     partSizeBytes,
     maxAgeMs: resolved.multipartMaxAgeMs,

@@ -46,6 +46,21 @@ export type ObjectRecord = {
   gc?: number;
   /** The note of the last write that put or deleted the object (FencedCommit.note). */
   a?: string;
+  /**
+   * A fenced transaction's write staged over this state (commit-port.ts Pending): visible only
+   * once the transaction's record (`<m>t/<id>`) says committed and lists it.
+   */
+  p?: StoredPending;
+};
+
+export type StoredPending = {
+  tx: string;
+  token: number;
+  kind: "put" | "delete";
+  live?: LiveVersion;
+  /** The staging write's id. */
+  w: string;
+  a?: string;
 };
 
 /** A record as read, with the store ETag that a replacement's If-Match names. */
@@ -71,11 +86,47 @@ export function parseRecord(text: string, where: string): ObjectRecord {
     (value.h === undefined || (Array.isArray(value.h) && value.h.every((id) => typeof id === "string"))) &&
     (value.gc === undefined || Number.isSafeInteger(value.gc)) &&
     (value.a === undefined || typeof value.a === "string") &&
+    (value.p === undefined || isPending(value.p)) &&
     (value.state === "deleted" ||
       value.state === "plain" ||
       (value.state === "live" && typeof value.live?.blob === "string"));
   if (!ok) throw new Error(`${where} is not a fencegate record`);
   return value as ObjectRecord;
+}
+
+function isPending(p: StoredPending): boolean {
+  return (
+    typeof p === "object" &&
+    p !== null &&
+    typeof p.tx === "string" &&
+    Number.isSafeInteger(p.token) &&
+    typeof p.w === "string" &&
+    (p.kind === "delete" || (p.kind === "put" && typeof p.live?.blob === "string"))
+  );
+}
+
+/**
+ * The record as it is once its pending write is rolled forward (its transaction committed):
+ * what a reader serves before anyone has written that roll-forward.
+ */
+export function rolledForward(record: ObjectRecord): ObjectRecord {
+  const p = record.p;
+  if (!p) return record;
+  const { p: _, live: __, ...rest } = record;
+  return {
+    ...rest,
+    hct: Math.max(record.hct ?? p.token, p.token),
+    state: p.kind === "put" ? "live" : "deleted",
+    ...(p.kind === "put" && p.live ? { live: p.live } : {}),
+    ...(p.a !== undefined ? { a: p.a } : {}),
+  };
+}
+
+/** The record without its pending write (its transaction did not commit it). */
+export function withoutPending(record: ObjectRecord): ObjectRecord {
+  if (!record.p) return record;
+  const { p: _, ...rest } = record;
+  return rest;
 }
 
 /** The live version a record describes, or null (tombstone, or plain). */

@@ -2,6 +2,7 @@ import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName } from "../../core/key-rules.js";
 import { noWritesInFlight } from "../../fence/bucket-deletion.js";
 import { runCommit } from "../../fence/commit-driver.js";
+import type { TransactionLog } from "../../fence/commit-port.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
@@ -82,6 +83,13 @@ import type { UploadStore } from "./upload-store.js";
  *
  * Reads resolve through the record: live → the blob (if a newer commit replaced and deleted it
  * meanwhile, read the record again); deleted → NoSuchKey; plain or no record → the plain object.
+ *
+ * Fenced transactions (src/transactions/cas-transactions.ts): a write of a transaction stages
+ * its blob as any put does, then sets the record's `p` (pending: the transaction, its token, the
+ * change) beside the live state, which stays; the transaction's record `<m>t/<id>` is its commit
+ * point. A reader that finds `p` asks that record: committed (and listing this write) → the
+ * pending change is what it serves (and rolls it forward in the store, in the background);
+ * otherwise the live state. A writer resolves `p` first (commit-driver.ts resolvePending).
  * Listings merge records and plain objects in key order (object-listing.ts), records winning,
  * with parsed records cached by their ETag.
  *
@@ -257,7 +265,7 @@ export class S3Backend implements StorageBackend {
 
   async headObject(bucket: string, key: string): Promise<ObjectInfo> {
     this.ctx.assertOpen();
-    const current = await this.ctx.current(bucket, key, { plain: true, checkBucket: true });
+    const current = await this.ctx.current(bucket, key, { plain: true, checkBucket: true, visible: true });
     const live = liveOf(current.record);
     if (live) return infoOf(key, live);
     if (current.record?.state === "deleted" || !current.plain) throw noSuchKey(bucket, key);
@@ -273,7 +281,12 @@ export class S3Backend implements StorageBackend {
     this.ctx.assertOpen();
     // A retry needs a fresh overwrite to lose again; the bound only stops a live-lock.
     for (let attempt = 1; attempt <= 100; attempt++) {
-      const current = await this.ctx.current(bucket, key, { plain: false, checkBucket: true, signal });
+      const current = await this.ctx.current(bucket, key, {
+        plain: false,
+        checkBucket: true,
+        signal,
+        visible: true,
+      });
       const { record } = current;
       if (record?.state === "deleted") throw noSuchKey(bucket, key);
       const live = liveOf(record);
@@ -298,6 +311,37 @@ export class S3Backend implements StorageBackend {
     throw new DomainError("SlowDown", `${bucket}/${key} changes too often to be read; please retry`, {
       retryAfterSeconds: 1,
     });
+  }
+
+  /**
+   * What a read inside fenced transaction `version.transaction` sees: the write it staged at the
+   * key (a put's version; NoSuchKey for a delete), else what any read sees.
+   */
+  async readStaged(
+    bucket: string,
+    key: string,
+    version: unknown,
+    range?: RangeRequest,
+  ): Promise<GetObjectResult> {
+    this.ctx.assertOpen();
+    const id = (version as { transaction?: unknown } | null)?.transaction;
+    if (typeof id !== "string") throw new Error("an S3 backend's staged read names its transaction");
+    const p = (await this.ctx.records.read(bucket, key))?.record.p;
+    if (!p || p.tx !== id) return this.getObject(bucket, key, range);
+    if (p.kind === "delete" || !p.live) throw noSuchKey(bucket, key);
+    const served = resolveRange(range, p.live.size);
+    const got = await this.ctx.store.getStream(bucket, this.ctx.layout.blobName(p.live.blob), {
+      ...(served ? { range: served } : {}),
+    });
+    // Gone: the pending write was dropped or replaced meanwhile; the read sees what others see.
+    if (!got) return this.getObject(bucket, key, range);
+    return { info: infoOf(key, p.live), body: got.body, ...(served ? { range: served } : {}) };
+  }
+
+  /** The records of the bucket's fenced transactions (their commit points). */
+  transactionLog(bucket: string): TransactionLog {
+    this.ctx.assertOpen();
+    return this.port.transactions(bucket);
   }
 
   /** The plain object at the key (no record, or a "plain" one). "changed" when it changed mid-read. */
@@ -336,7 +380,9 @@ export class S3Backend implements StorageBackend {
 
   /** Also answers for a bucket that no longer exists: null, as nothing fenced is left there. */
   async highestToken(bucket: string, key: string): Promise<number | null> {
-    return (await this.recordOf(bucket, key))?.hct ?? null;
+    // A committed transaction's write not yet rolled forward has set the HCT already.
+    const record = await this.recordOf(bucket, key);
+    return (record?.p ? await this.ctx.visible(bucket, record) : record)?.hct ?? null;
   }
 
   async writeNote(bucket: string, key: string): Promise<string | null> {
