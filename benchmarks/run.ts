@@ -79,7 +79,12 @@ const suites: Array<[string, () => Promise<Row[]>]> = [
   [
     "transactions",
     () =>
-      transactionBench({ rounds: quick ? 1 : 3, sizes: quick ? [1, 10] : [1, 10, 1000], concurrency: 16 }),
+      transactionBench({
+        rounds: quick ? 1 : 3,
+        sizes: quick ? [1, 10] : [1, 10, 1000],
+        concurrency: 16,
+        backends: quick ? ["embedded"] : ["embedded", "s3"],
+      }),
   ],
 ];
 
