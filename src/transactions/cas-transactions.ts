@@ -9,7 +9,7 @@ import type { TransactionLog, TxEntry, TxRead, TxRecord } from "../fence/commit-
 import { judgeLease, leaseState, resourceOf } from "../leases/lease-rules.js";
 import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { CommitIntent, LeaseRecord, LeaseStore } from "../leases/lease-store.js";
-import type { CommitAnswer, TransactionObject, TransactionView } from "./transactions.js";
+import type { CommitAnswer, TransactionObject, TransactionView } from "./views.js";
 
 /**
  * Fenced transactions on a compare-and-swap backend (S3), Percolator-style: the transaction's

@@ -12,6 +12,7 @@ import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { CommitIntent, LeaseRecord, LeaseStore } from "../leases/lease-store.js";
 import type { TransactionOutcome } from "../metrics/observe.js";
 import { CasTransactions, casBucketOf } from "./cas-transactions.js";
+import type { CommitAnswer, TransactionObject, TransactionState, TransactionView } from "./views.js";
 
 /**
  * Fenced transactions (contract: "Fenced transactions"): several writes under one lease become
@@ -40,24 +41,7 @@ import { CasTransactions, casBucketOf } from "./cas-transactions.js";
  * cas-transactions.ts (ids `tx-<32 hex>-<bucket>`).
  */
 
-export type TransactionState = "open" | "committed" | "aborted";
-
-/** A staged or committed object, as the API shows it. */
-export type TransactionObject = { key: string; etag: string } | { key: string; deleted: true };
-
-export type TransactionView = {
-  transactionId: string;
-  leaseId: string;
-  token: number;
-  bucket: string;
-  state: TransactionState;
-  expiresAt: string;
-  objects: TransactionObject[];
-  /** Why it was aborted (an error code, or "ClientAbort"). */
-  reason?: string;
-};
-
-export type CommitAnswer = { transactionId: string; token: number; objects: TransactionObject[] };
+export type { CommitAnswer, TransactionObject, TransactionState, TransactionView } from "./views.js";
 
 export type TransactionLimits = {
   /** Staged objects per transaction (contract: up to 10,000). */
