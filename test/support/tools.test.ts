@@ -26,6 +26,7 @@ describe("the guard of suites that run external programs", () => {
       "redis-server": "redis-server",
       curl: "curl",
       chromium: "chromium",
+      "luac5.1": "lua5.1",
     });
   });
 });
