@@ -63,7 +63,15 @@ const SETTLE_IN_PARALLEL = 8;
 
 const nonce = () => randomBytes(12).toString("base64url");
 
+/** The joins of one transaction waiting for the next write of its record (CasTransactions.join). */
+type JoinLine = {
+  waiting: Array<{ entry: TxEntry; resolve: () => void; reject: (e: unknown) => void }>;
+  writing: boolean;
+};
+
 export class CasTransactions {
+  private readonly joining = new Map<string, JoinLine>();
+
   constructor(private readonly opts: CasTransactionsOptions) {}
 
   handles(bucket: string): boolean {
@@ -161,20 +169,60 @@ export class CasTransactions {
     };
   }
 
-  /** The key joins the record with its staging write (replacing an earlier staging of the key). */
-  private async join(log: TransactionLog, id: string, entry: TxEntry): Promise<void> {
+  /**
+   * The key joins the record with its staging write (replacing an earlier staging of the key).
+   * The joins of one transaction that arrive while one is being written go together in the next
+   * write of the record: its writes are one after another, so concurrent stagers would otherwise
+   * lose their conditional writes to each other.
+   */
+  private join(log: TransactionLog, id: string, entry: TxEntry): Promise<void> {
+    return new Promise((resolve, reject) => {
+      let line = this.joining.get(id);
+      if (!line) {
+        line = { waiting: [], writing: false };
+        this.joining.set(id, line);
+      }
+      line.waiting.push({ entry, resolve, reject });
+      if (!line.writing) void this.writeJoins(log, id, line);
+    });
+  }
+
+  private async writeJoins(log: TransactionLog, id: string, line: JoinLine): Promise<void> {
+    line.writing = true;
+    while (line.waiting.length > 0) {
+      const batch = line.waiting.splice(0);
+      try {
+        await this.joinAll(
+          log,
+          id,
+          batch.map((b) => b.entry),
+        );
+        for (const b of batch) b.resolve();
+      } catch (e) {
+        for (const b of batch) b.reject(e);
+      }
+    }
+    line.writing = false;
+    this.joining.delete(id);
+  }
+
+  private async joinAll(log: TransactionLog, id: string, entries: readonly TxEntry[]): Promise<void> {
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
       const got = await log.read(id);
       if (!got) throw notFound(id);
-      if (got.record.keys.some((e) => e.writeId === entry.writeId)) return;
+      const missing = entries.filter((entry) => !got.record.keys.some((e) => e.writeId === entry.writeId));
+      if (missing.length === 0) return;
       assertOpen(got.record);
       // A key staged again keeps its place (the order keys were first staged in).
-      const keys = got.record.keys.some((e) => e.key === entry.key)
-        ? got.record.keys.map((e) => (e.key === entry.key ? entry : e))
-        : [...got.record.keys, entry];
+      let keys = got.record.keys;
+      for (const entry of missing) {
+        keys = keys.some((e) => e.key === entry.key)
+          ? keys.map((e) => (e.key === entry.key ? entry : e))
+          : [...keys, entry];
+      }
       const answer = await log.swap(got, { ...got.record, keys, nonce: nonce() });
       if (answer.outcome === "swapped") return;
-      // Lost or unknown: read again (the entry is there if an unknown one landed).
+      // Lost or unknown: read again (the entries are there if an unknown one landed).
     }
     throw new DomainError("SlowDown", `transaction ${id} changes too often; please retry`, {
       retryAfterSeconds: 1,

@@ -107,6 +107,28 @@ describe("transactions on the S3 backend", () => {
     await a.leases.release(lease.leaseId);
   });
 
+  it("takes 300 writes staged at once by 16 clients on one replica: their joins share the record's writes", async () => {
+    const lease = await a.leases.acquire({ bucket, prefix: "many/", ttlMs: 60_000 });
+    const tx = await openTransaction(a, lease.leaseId);
+    const keys = Array.from({ length: 300 }, (_, i) => `many/k${i}`);
+    let next = 0;
+    const statuses: number[] = [];
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (next < keys.length) {
+          const key = keys[next++]!;
+          statuses.push((await putIn(a, lease, tx.transactionId, bucket, key, key)).status);
+        }
+      }),
+    );
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    const commit = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status, commit.text).toBe(200);
+    expect((commit.json.objects as { key: string }[]).map((o) => o.key).sort()).toEqual([...keys].sort());
+    expect(await getBody(b, bucket, "many/k299")).toBe("many/k299");
+    await a.leases.release(lease.leaseId);
+  }, 120_000);
+
   it("refuses a write of the same lease outside the transaction to a key it staged", async () => {
     const lease = await a.leases.acquire({ bucket, prefix: "s/", ttlMs: 30_000 });
     const tx = await openTransaction(a, lease.leaseId);
