@@ -103,6 +103,9 @@ type Transaction = {
   endedAt?: number;
 };
 
+/** Answers that say a store did not answer, not that the commit is refused. */
+const STORE_DOWN = new Set(["LeaseStoreUnavailable", "ServiceUnavailable", "SlowDown"]);
+
 /** How long an ended transaction is remembered (a repeated commit, a state query). */
 const FORGET_AFTER_MS = 60 * 60 * 1000;
 
@@ -348,6 +351,13 @@ export class Transactions {
       }
       return result!;
     } catch (err) {
+      if (isDomainError(err) && tx.state === "committing" && STORE_DOWN.has(err.code)) {
+        // The lease store did not answer before the step: nothing was changed; the transaction
+        // stays open and the commit may be asked again (its intents, if any landed, are fenced by
+        // the next grant as any write's are).
+        tx.state = "open";
+        throw err;
+      }
       if (isDomainError(err)) {
         // Refused: nothing of it is visible. The transaction is over.
         await this.end(tx, err.code, caller, "rejected").catch(() => undefined);

@@ -48,6 +48,26 @@ describe("transactions with the lease store in Redis", () => {
     await gw.leases.release(lease.leaseId);
   });
 
+  it("keeps the transaction open when the lease store does not answer its commit; the repeat commits", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "d/", ttlMs: 60_000 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "d/1", "one")).status).toBe(200);
+    process.kill(redis.pid, "SIGSTOP");
+    let first: Awaited<ReturnType<typeof api>>;
+    try {
+      first = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    } finally {
+      process.kill(redis.pid, "SIGCONT");
+    }
+    expect(first.status, first.text).toBe(503);
+    expect(await getBody(gw, bucket, "d/1")).toBeNull();
+    expect((await api(gw, "GET", `/transactions/${tx.transactionId}`)).json).toMatchObject({ state: "open" });
+    const again = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(again.status, again.text).toBe(200);
+    expect(await getBody(gw, bucket, "d/1")).toBe("one");
+    await gw.leases.release(lease.leaseId);
+  }, 60_000);
+
   it("refuses the commit of an expired lease whole", async () => {
     const lease = await gw.leases.acquire({ bucket, prefix: "b/", ttlMs: 500 });
     const tx = await openTransaction(gw, lease.leaseId);
