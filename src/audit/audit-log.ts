@@ -1,8 +1,8 @@
 import type { TxDomain } from "../core/tx.js";
 
 /**
- * The contract every audit log (embedded, memory, redis) fulfils. Records are numbered by `seq`
- * in commit order; `append` resolves only once the record is durable.
+ * The contract every audit log (embedded, on a file or in memory; redis) fulfils. Records are
+ * numbered by `seq` in commit order; `append` resolves only once the record is durable.
  *
  * A log that shares a TxDomain with a storage backend or a lease store (src/core/tx.ts) offers
  * `appendInStep`: called inside one of that domain's atomic steps, the record commits or rolls

@@ -2,7 +2,7 @@ import type { AuditLog } from "../audit/audit-log.js";
 import type { TxDomain } from "../core/tx.js";
 
 /**
- * The contract every lease store (embedded, memory, redis, redlock) fulfils.
+ * The contract every lease store (embedded, on a file or in memory; redis; redlock) fulfils.
  *
  * A lease covers either one key or every key under a prefix of one bucket. Leases on
  * overlapping resources are mutually exclusive. Every grant takes a new token from a counter

@@ -8,7 +8,8 @@
  * Real time (the waiting is on timers), short TTLs.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { createMemoryAuditLog } from "../../src/audit/memory/memory-audit-log.js";
+import type { AuditLog } from "../../src/audit/audit-log.js";
+import { createEmbeddedAuditLog } from "../../src/audit/embedded/embedded-audit-log.js";
 import { systemClock } from "../../src/core/clock.js";
 import { DomainError } from "../../src/core/errors.js";
 import { covers, groupOf, parseGroupKey } from "../../src/leases/lease-rules.js";
@@ -40,6 +41,7 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
     let store: LeaseStore;
     let cleanup: () => Promise<void>;
     let service: LeaseService;
+    let audit: AuditLog;
     let attempts: number;
     /** While set, every grant attempt's answer is held back until it resolves. */
     let gate: Promise<void> | null;
@@ -71,9 +73,10 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
         };
         (counting as LeaseStore & SharesWaiting).sharedWaitLine = () => countingLine;
       }
+      audit = createEmbeddedAuditLog({ gatewayId: "test" });
       service = new LeaseService({
         store: counting,
-        audit: createMemoryAuditLog({ gatewayId: "test" }),
+        audit,
         clock: systemClock,
         limits: LIMITS,
         fenceObject: async () => {},
@@ -83,6 +86,7 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
 
     afterEach(async () => {
       await cleanup();
+      await audit.close();
     });
 
     const acquire = (resource: LeaseResource, waitMs: number, owner: string, signal?: AbortSignal) =>

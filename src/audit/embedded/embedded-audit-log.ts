@@ -1,6 +1,8 @@
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
-import { type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
+import { closeEmbeddedDb, type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
+import { Database } from "../../embedded/sqlite.js";
+import { decodeCursor, encodeCursor } from "../audit-cursor.js";
 import {
   type AuditDraft,
   type AuditLog,
@@ -10,13 +12,15 @@ import {
   MAX_AUDIT_LIMIT,
   transactionFields,
 } from "../audit-log.js";
-import { decodeCursor, encodeCursor } from "./cursor.js";
 import { createAuditPlanner, type EqualColumn, type PlannedFilters } from "./query-plan.js";
 import { migrateAuditTables } from "./schema.js";
 
 export type EmbeddedAuditLogOptions = {
-  /** The shared state database (src/embedded/db.ts); not closed by the log. */
-  db: EmbeddedDb;
+  /**
+   * The shared state database (src/embedded/db.ts); not closed by the log. Default: a database
+   * of the log's own in memory (nothing survives the process), closed with the log.
+   */
+  db?: EmbeddedDb;
   /** This gateway instance, written into every record's `gateway`. */
   gatewayId: string;
   clock?: Clock;
@@ -52,7 +56,8 @@ const COLUMNS =
   "seq, time, op, bucket, key, prefix, token, lease_id, owner, principal, decision, reason, highest_token, request_id, gateway, transaction_id, transaction_keys";
 
 /**
- * The audit log kept in the gateway's own SQLite file. append is one step of the database's
+ * The audit log kept in the gateway's own SQLite file (or, for tests and single-process setups,
+ * in a database in memory: the same records, filters and cursors without durability). append is one step of the database's
  * domain: with synchronous=FULL it resolves only once the record is on disk, so the caller may
  * answer the request it audits. appendInStep joins another component's step on the same
  * database (the fs backend's commit, the embedded lease store's grant): the record then commits
@@ -61,11 +66,12 @@ const COLUMNS =
 export type EmbeddedAuditLog = AuditLog & { appendInStep: (draft: AuditDraft) => AuditRecord };
 
 export function createEmbeddedAuditLog({
-  db,
+  db: given,
   gatewayId,
   clock = systemClock,
   planCountCap,
 }: EmbeddedAuditLogOptions): EmbeddedAuditLog {
+  const db = given ?? new Database(":memory:");
   migrateAuditTables(db);
   const domain = embeddedDomain(db);
 
@@ -155,12 +161,13 @@ export function createEmbeddedAuditLog({
     appendInStep,
 
     async append(draft: AuditDraft): Promise<AuditRecord> {
+      open();
       return domain.run(() => appendInStep(draft));
     },
 
     async appendOnce(draft: AuditDraft, once: string, unless?: string): Promise<boolean> {
+      open();
       return domain.run(() => {
-        open();
         const now = clock();
         if (unless !== undefined && onceClaimed.get(unless) !== undefined) return false;
         if (claimOnce.run(once, now).changes === 0) return false;
@@ -210,8 +217,9 @@ export function createEmbeddedAuditLog({
     },
 
     async close() {
-      // The db belongs to whoever opened it (shared with the backend and the lease store).
+      // A given db belongs to whoever opened it (shared with the backend and the lease store).
       closed = true;
+      if (!given) closeEmbeddedDb(db);
     },
   };
 }

@@ -3,6 +3,7 @@ import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError, isDomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { assertFailClosed, openFailClosedRedis } from "../../core/redis-connection.js";
+import { decodeCursor, encodeCursor } from "../audit-cursor.js";
 import {
   type AuditDraft,
   type AuditLog,
@@ -12,7 +13,6 @@ import {
   MAX_AUDIT_LIMIT,
   transactionFields,
 } from "../audit-log.js";
-import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
 import { AUDIT_INDEXES, DEFAULT_REDIS_KEY_PREFIX } from "./audit-lua.js";
 import { APPEND, APPEND_ONCE, QUERY, RESTORE, TRIM, UNLOCK } from "./audit-scripts.js";
 import { draftFields, parseFilters, parseTime, recordFrom } from "./record-codec.js";

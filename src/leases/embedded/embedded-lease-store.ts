@@ -2,15 +2,9 @@ import { randomBytes } from "node:crypto";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { prefixUpperBound } from "../../core/prefix-range.js";
-import { type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
-import {
-  assertWellFormedAcquire,
-  judgeIntent,
-  leaseNotFound,
-  lostByRelease,
-  newLeaseId,
-  resourceOf,
-} from "../lease-rules.js";
+import { closeEmbeddedDb, type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
+import { Database } from "../../embedded/sqlite.js";
+import { judgeIntent, leaseNotFound, lostByRelease, newLeaseId, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
   AcquireResult,
@@ -24,14 +18,18 @@ import type {
   LeaseResource,
   LeaseStore,
 } from "../lease-store.js";
+import { validateAcquire, validateTtl } from "../lease-validation.js";
 import { createOverlapQueries } from "./overlap-queries.js";
 import { createRetentionSweep } from "./retention.js";
 import { ACTIVE_SQL, isActiveRow, LEASE_COLUMNS, type LeaseRow, toLeaseRecord } from "./rows.js";
 import { migrateLeaseTables } from "./schema.js";
 
 export type EmbeddedLeaseStoreOptions = {
-  /** The shared state database (src/embedded/db.ts); not closed by the store. */
-  db: EmbeddedDb;
+  /**
+   * The shared state database (src/embedded/db.ts); not closed by the store. Default: a database
+   * of the store's own in memory (nothing survives the process), closed with the store.
+   */
+  db?: EmbeddedDb;
   clock?: Clock;
   /** How long an ended lease stays answerable by get/findNewerOverlapping. Default 24h. */
   retainMs?: number;
@@ -47,18 +45,20 @@ export type EmbeddedLeaseStore = LeaseStore & {
 const DAY_MS = 24 * 60 * 60 * 1000;
 
 /**
- * The lease store kept in the gateway's own SQLite file. Every change is one step of the
+ * The lease store kept in the gateway's own SQLite file (or, for tests and single-process setups,
+ * in a database in memory: the same rules and answers without durability). Every change is one step of the
  * database's domain (one transaction), so operations are serialized without locks of our own,
  * and the db is the only state (no cache that could disagree with it after a crash). Its
  * synchronous reads (`inDomain`) let the fs backend check a write's lease inside the write's own
  * transaction.
  */
 export function createEmbeddedLeaseStore({
-  db,
+  db: given,
   clock = systemClock,
   retainMs = DAY_MS,
   sweepEveryMs = 60_000,
-}: EmbeddedLeaseStoreOptions): EmbeddedLeaseStore {
+}: EmbeddedLeaseStoreOptions = {}): EmbeddedLeaseStore {
+  const db = given ?? new Database(":memory:");
   migrateLeaseTables(db);
   const domain = embeddedDomain(db);
 
@@ -407,8 +407,9 @@ export function createEmbeddedLeaseStore({
     },
 
     async close() {
-      // The db belongs to whoever opened it (it is shared with the backend and the audit log).
+      // A given db belongs to whoever opened it (it is shared with the backend and the audit log).
       closed = true;
+      if (!given) closeEmbeddedDb(db);
     },
 
     sweep() {
@@ -420,26 +421,3 @@ export function createEmbeddedLeaseStore({
 }
 
 type IntentRow = { intent_id: string; bucket: string; key: string };
-
-// The lease API validates its input against configured bounds; these checks only keep a
-// malformed call from storing a lease that could never be reasoned about.
-function validateAcquire(input: AcquireInput): void {
-  const { resource, ttlMs, owner } = input;
-  validateTtl(ttlMs);
-  const hasKey = typeof resource?.key === "string";
-  const hasPrefix = typeof resource?.prefix === "string";
-  if (typeof resource?.bucket !== "string" || resource.bucket === "" || hasKey === hasPrefix) {
-    throw new DomainError("InvalidArgument", "a lease needs a bucket and exactly one of key or prefix");
-  }
-  if (typeof owner !== "string") throw new DomainError("InvalidArgument", "lease owner must be a string");
-  if (input.principal !== undefined && typeof input.principal !== "string") {
-    throw new DomainError("InvalidArgument", "lease principal must be a string");
-  }
-  assertWellFormedAcquire(input);
-}
-
-function validateTtl(ttlMs: number): void {
-  if (!Number.isSafeInteger(ttlMs) || ttlMs <= 0) {
-    throw new DomainError("InvalidArgument", `ttlMs must be a positive integer, got ${ttlMs}`);
-  }
-}

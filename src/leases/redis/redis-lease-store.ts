@@ -16,7 +16,7 @@ import type {
   LeaseRecord,
   LeaseStore,
 } from "../lease-store.js";
-import { validateAcquire, validateTtl } from "../memory/validate.js";
+import { validateAcquire, validateTtl } from "../lease-validation.js";
 import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
 import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
 import { decodeIntents, decodeLease, decodeLeases, throwIntentRefusal } from "./lease-codec.js";

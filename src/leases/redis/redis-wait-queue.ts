@@ -4,7 +4,7 @@ import { LuaScript } from "../../core/lua-source.js";
 import { assertFailClosed, openSubscriber } from "../../core/redis-connection.js";
 import { newLeaseId } from "../lease-rules.js";
 import type { LeaseEventContext, LeaseResource } from "../lease-store.js";
-import { validateAcquire } from "../memory/validate.js";
+import { validateAcquire } from "../lease-validation.js";
 import type {
   DelegateNotice,
   HeadAttempt,

@@ -15,7 +15,7 @@ import type {
   LeaseRecord,
   LeaseStore,
 } from "../lease-store.js";
-import { validateAcquire, validateTtl } from "../memory/validate.js";
+import { validateAcquire, validateTtl } from "../lease-validation.js";
 import { EPOCH_SPAN, type EpochStore, MAX_EPOCH } from "../redis/epoch-store.js";
 import { decodeIntents, decodeLease, decodeLeases, throwIntentRefusal } from "../redis/lease-codec.js";
 import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "../redis/lua/delegate-scripts.js";

@@ -1,6 +1,5 @@
 import { describe, expect, it } from "vitest";
 import type { AuditDraft } from "../../../src/audit/audit-log.js";
-import { createMemoryAuditLog } from "../../../src/audit/memory/memory-audit-log.js";
 import { createMemoryBackend, type MemoryBackend } from "../../../src/backends/memory/index.js";
 import type { FencedCommit } from "../../../src/backends/storage-backend.js";
 import { fakeClock } from "../../../src/core/clock.js";
@@ -48,6 +47,21 @@ describe("memory backend", () => {
     requestId: null,
   });
 
+  /**
+   * Another component on the backend's domain: it keeps the records appended in a step, and
+   * registers with the domain how to take each back, as a component sharing the step must.
+   */
+  const recorder = (domain: MemoryDomain) => {
+    const records: AuditDraft[] = [];
+    return {
+      records,
+      appendInStep(record: AuditDraft) {
+        records.push(record);
+        domain.changed(() => records.pop());
+      },
+    };
+  };
+
   const open = async (options: Parameters<typeof createMemoryBackend>[0] = {}) => {
     const backend = createMemoryBackend(options);
     await backend.createBucket(BUCKET);
@@ -80,7 +94,7 @@ describe("memory backend", () => {
   it("takes back a change made inside its step when atomic throws after it", async () => {
     const domain = new MemoryDomain();
     const backend = await open({ domain });
-    const audit = createMemoryAuditLog({ gatewayId: "gw", domain });
+    const audit = recorder(domain);
     await put(backend, "k", "old", 1);
     const refusal = new DomainError("LeaseExpired", "the lease ended inside the step");
     const atomic = ({ highestToken }: { highestToken: number | null }) => {
@@ -93,7 +107,7 @@ describe("memory backend", () => {
     ).rejects.toBe(refusal);
     await expect(put(backend, "fresh", "x", 2, { atomic })).rejects.toBe(refusal);
 
-    expect((await audit.query({ limit: 10 })).records).toEqual([]);
+    expect(audit.records).toEqual([]);
     expect(await content(backend, "k")).toBe("old");
     expect(await backend.highestToken(BUCKET, "k")).toBe(1);
     expect(await backend.highestToken(BUCKET, "fresh")).toBeNull();
@@ -107,7 +121,7 @@ describe("memory backend", () => {
     const clock = fakeClock();
     const backend = await open({ domain, clock });
     const other = await open({ domain, clock });
-    const audit = createMemoryAuditLog({ gatewayId: "gw", domain, clock });
+    const audit = recorder(domain);
     const audited = (op: string, key: string, token: number) => ({
       atomic: ({ highestToken }: { highestToken: number | null }) => {
         audit.appendInStep(draft(op, key, token, highestToken));
@@ -134,8 +148,7 @@ describe("memory backend", () => {
       fencedCommit(7, audited("CompleteMultipartUpload", "m", 7)),
     );
 
-    const records = (await audit.query({ limit: 10 })).records;
-    expect(records.map((r) => [r.op, r.highestToken])).toEqual([
+    expect(audit.records.map((r) => [r.op, r.highestToken])).toEqual([
       ["PutObject", 4],
       ["DeleteObject", 6],
       ["CreateMultipartUpload", null],
@@ -151,7 +164,7 @@ describe("memory backend", () => {
   it("leaves every map as it was when a step rolls back a completion", async () => {
     const domain = new MemoryDomain();
     const backend = await open({ domain });
-    const audit = createMemoryAuditLog({ gatewayId: "gw", domain });
+    const audit = recorder(domain);
     await put(backend, "m", "before", 1);
     const ref = { bucket: BUCKET, key: "m" };
     const { uploadId } = await backend.multipart.createUpload(
@@ -174,7 +187,7 @@ describe("memory backend", () => {
     expect(await content(backend, "m")).toBe("before");
     expect(await backend.highestToken(BUCKET, "m")).toBe(1);
     expect((await backend.multipart.listParts({ ...ref, uploadId, maxParts: 10 })).parts).toHaveLength(1);
-    expect((await audit.query({ limit: 10 })).records).toEqual([]);
+    expect(audit.records).toEqual([]);
     await backend.multipart.completeUpload({ ...ref, uploadId, parts }, fencedCommit(2));
     expect(await content(backend, "m")).toBe("after");
     expect(backend.multipart.storedParts()).toBe(0);

@@ -1,24 +1,27 @@
+import { beforeEach, describe, expect, it } from "vitest";
+import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-audit-log.js";
+import { fakeClock } from "../../../src/core/clock.js";
+import { type EmbeddedDomain, embeddedDomain } from "../../../src/embedded/db.js";
 import { Database } from "../../../src/embedded/sqlite.js";
-import { createEmbeddedLeaseStore } from "../../../src/leases/embedded/embedded-lease-store.js";
+import {
+  createEmbeddedLeaseStore,
+  type EmbeddedLeaseStore,
+} from "../../../src/leases/embedded/embedded-lease-store.js";
+import type { LeaseRecord, LeaseResource } from "../../../src/leases/lease-store.js";
 import { describeLeaseServiceContract } from "../lease-service.contract.js";
-import { describeLeaseStoreContract } from "../lease-store.contract.js";
+import { describeLeaseStoreContract, expectDomainError, type FakeClock } from "../lease-store.contract.js";
 
 /**
- * The embedded lease store on an in-memory SQLite database (`:memory:`): the whole lease store
- * contract, as on a database file, except what needs a restart (nothing survives one). The same
- * store could stand in for the memory adapter (issue 21, item 1).
+ * The embedded lease store on an in-memory SQLite database (`:memory:`), the lease store of tests
+ * and single-process setups: the whole lease store contract, as on a database file, except what
+ * needs a restart (nothing survives one).
  */
 
+const HOUR = 60 * 60 * 1000;
+
 describeLeaseStoreContract("embedded (in-memory SQLite)", async (clock) => {
-  const db = new Database(":memory:");
-  const store = createEmbeddedLeaseStore({ db, clock });
-  return {
-    store,
-    async cleanup() {
-      await store.close();
-      if (db.open) db.close();
-    },
-  };
+  const store = createEmbeddedLeaseStore({ clock });
+  return { store, cleanup: () => store.close() };
 });
 
 describeLeaseServiceContract("the embedded store on an in-memory SQLite database", async () => {
@@ -31,4 +34,121 @@ describeLeaseServiceContract("the embedded store on an in-memory SQLite database
       if (db.open) db.close();
     },
   };
+});
+
+describe("embedded lease store in memory", () => {
+  let clock: FakeClock;
+  let store: EmbeddedLeaseStore;
+
+  beforeEach(() => {
+    clock = fakeClock();
+    store = createEmbeddedLeaseStore({ clock, retainMs: HOUR });
+  });
+
+  async function grant(key: string, ttlMs = 1_000): Promise<LeaseRecord> {
+    const result = await store.tryAcquire({ resource: { bucket: "b", key }, ttlMs, owner: "o" });
+    if (!result.granted) throw new Error(`not granted: ${key}`);
+    return result.lease;
+  }
+
+  it("runs on a database of its own without one given, which it closes with itself", async () => {
+    const other = createEmbeddedLeaseStore({ clock });
+    expect(other.domain).not.toBe(store.domain);
+    const lease = await grant("k");
+    // Another store's database: its own tokens, and nothing of this store's leases.
+    expect(
+      (await other.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: 1, owner: "o" })).granted,
+    ).toBe(true);
+    expect(await other.get(lease.leaseId)).toBeNull();
+    const given = new Database(":memory:");
+    const onGiven = createEmbeddedLeaseStore({ db: given });
+    expect(onGiven.domain).toBe(embeddedDomain(given));
+    await onGiven.close();
+    expect(given.open).toBe(true);
+    given.close();
+    const own = (other.domain as EmbeddedDomain).db;
+    expect(own.memory && own.open).toBe(true);
+    await other.close();
+    expect(own.open).toBe(false);
+    await expectDomainError(other.ping(), "ServiceUnavailable");
+  });
+
+  it("hands out copies: changing a returned lease changes nothing in the store", async () => {
+    const lease = await grant("k");
+    const snapshot = { ...lease };
+    lease.expiresAt = 0;
+    (await store.get(lease.leaseId))!.token = 0;
+    (await store.list({}))[0]!.releasedAt = 1;
+    expect(await store.get(lease.leaseId)).toEqual(snapshot);
+    expect(await store.findActiveCovering("b", "k")).toEqual(snapshot);
+  });
+
+  it("refuses malformed input", async () => {
+    const acquire = (resource: LeaseResource, ttlMs = 1_000) =>
+      store.tryAcquire({ resource, ttlMs, owner: "o" });
+    await expectDomainError(acquire({ bucket: "", key: "k" }), "InvalidArgument");
+    await expectDomainError(acquire({ bucket: "b", key: "k", prefix: "p" } as never), "InvalidArgument");
+    await expectDomainError(acquire({ bucket: "b", key: "k" }, 0), "InvalidArgument");
+    await expectDomainError(acquire({ bucket: "b", key: "k" }, 1.5), "InvalidArgument");
+    const lease = await grant("k");
+    await expectDomainError(store.renew(lease.leaseId, -1), "InvalidArgument");
+  });
+
+  it("answers ServiceUnavailable once closed", async () => {
+    await store.close();
+    await expectDomainError(store.ping(), "ServiceUnavailable");
+    await expectDomainError(grant("k"), "ServiceUnavailable");
+  });
+
+  it("takes back the retention sweep of a step whose hook throws", async () => {
+    const lease = await grant("old");
+    await store.release(lease.leaseId);
+    clock.advance(2 * HOUR);
+    const failure = new Error("audit down");
+    const attempt = store.tryAcquire(
+      { resource: { bucket: "b", key: "k" }, ttlMs: 1_000, owner: "o" },
+      () => {
+        throw failure;
+      },
+    );
+    await expect(attempt).rejects.toBe(failure);
+    expect(await store.get(lease.leaseId)).toMatchObject({ leaseId: lease.leaseId });
+    expect(store.sweep()).toBe(1);
+  });
+
+  it("commits a lease event and its audit record together on a shared database", async () => {
+    const db = new Database(":memory:");
+    const shared = createEmbeddedLeaseStore({ clock, db });
+    const audit = createEmbeddedAuditLog({ gatewayId: "gw", clock, db });
+    expect(audit.domain).toBe(shared.domain);
+    const record = (op: string) => (lease: LeaseRecord) => {
+      audit.appendInStep({
+        op,
+        bucket: lease.bucket,
+        key: lease.key ?? null,
+        prefix: lease.prefix ?? null,
+        token: lease.token,
+        leaseId: lease.leaseId,
+        owner: lease.owner,
+        principal: null,
+        decision: "accepted",
+        reason: null,
+        highestToken: null,
+        requestId: null,
+      });
+    };
+    const input = { resource: { bucket: "b", key: "k" }, ttlMs: 1_000, owner: "o" };
+    const result = await shared.tryAcquire(input, record("LeaseAcquired"));
+    const lease = result.granted ? result.lease : null;
+    const failing = (lease: LeaseRecord) => {
+      record("LeaseReleased")(lease);
+      throw new Error("something after the audit record failed");
+    };
+    await expect(shared.release(lease!.leaseId, failing)).rejects.toThrow(/after the audit record/);
+
+    const { records } = await audit.query({ limit: 10 });
+    expect(records.map((r) => [r.op, r.leaseId])).toEqual([["LeaseAcquired", lease!.leaseId]]);
+    expect(await shared.get(lease!.leaseId)).toEqual(lease);
+    db.close();
+  });
 });

@@ -6,7 +6,7 @@
  * reaches Redis before its ticket's enqueue makes that enqueue queue nothing.
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { createMemoryAuditLog } from "../../../src/audit/memory/memory-audit-log.js";
+import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-audit-log.js";
 import { systemClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
 import { LuaScript } from "../../../src/core/lua-source.js";
@@ -54,9 +54,11 @@ async function replicas(n: number): Promise<Replica[]> {
     });
     closers.push(() => store.close());
     if (!(await store.ready(5_000))) throw new Error("no connection to Redis");
+    const audit = createEmbeddedAuditLog({ gatewayId: `gw${i}` });
+    closers.push(() => audit.close());
     const service = new LeaseService({
       store,
-      audit: createMemoryAuditLog({ gatewayId: `gw${i}` }),
+      audit,
       clock: systemClock,
       limits: LIMITS,
       fenceObject: async () => {},

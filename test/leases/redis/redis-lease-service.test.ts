@@ -5,7 +5,7 @@
  */
 import { setTimeout as sleep } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
-import { createMemoryAuditLog } from "../../../src/audit/memory/memory-audit-log.js";
+import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-audit-log.js";
 import { systemClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
 import { LeaseService } from "../../../src/leases/lease-service.js";
@@ -68,7 +68,7 @@ describe("LeaseService over the Redis store: a request that will not wait", () =
       (racingStore as LeaseStore & SharesWaiting).sharedWaitLine = () => racing;
       const service = new LeaseService({
         store: racingStore,
-        audit: createMemoryAuditLog({ gatewayId: "test" }),
+        audit: createEmbeddedAuditLog({ gatewayId: "test" }),
         clock: systemClock,
         limits: { minTtlMs: 1, maxTtlMs: 3_600_000, maxWaitMs: 60_000 },
         fenceObject: async () => {},

@@ -7,7 +7,7 @@
  * replica's workers. The grant's own script refuses a ticket that is not first in line.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { createMemoryAuditLog } from "../../../src/audit/memory/memory-audit-log.js";
+import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-audit-log.js";
 import { systemClock } from "../../../src/core/clock.js";
 import type { DomainError } from "../../../src/core/errors.js";
 import { parseGroupKey } from "../../../src/leases/lease-rules.js";
@@ -62,9 +62,11 @@ async function replicas(n: number, opts: { waitTicketTtlMs?: number } = {}): Pro
       },
     };
     counting.sharedWaitLine = () => countingLine;
+    const audit = createEmbeddedAuditLog({ gatewayId: `gw${i}` });
+    closers.push(() => audit.close());
     const service = new LeaseService({
       store: counting,
-      audit: createMemoryAuditLog({ gatewayId: `gw${i}` }),
+      audit,
       clock: systemClock,
       limits: LIMITS,
       fenceObject: async () => {},

@@ -10,7 +10,7 @@
  * The store's clock is a fake one: quarantines and TTLs pass by moving it, not by sleeping.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { createMemoryAuditLog } from "../../../src/audit/memory/memory-audit-log.js";
+import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-audit-log.js";
 import { createMemoryBackend } from "../../../src/backends/memory/index.js";
 import type { FencedCommit } from "../../../src/backends/storage-backend.js";
 import { fakeClock } from "../../../src/core/clock.js";
@@ -275,7 +275,8 @@ describe("through the lease service, with a real backend object", () => {
     const q = await quorum();
     const backend = createMemoryBackend({ clock: q.clock });
     await backend.createBucket(BUCKET);
-    const audit = createMemoryAuditLog({ gatewayId: "gw" });
+    const audit = createEmbeddedAuditLog({ gatewayId: "gw" });
+    cleanups.push(() => audit.close());
     const keyring = makeKeyring([{ id: "k1", secret: Buffer.alloc(32, 7) }]);
     const leases = new LeaseService({
       store: q.store,

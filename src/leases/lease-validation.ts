@@ -1,10 +1,10 @@
-import { DomainError } from "../../core/errors.js";
-import { assertWellFormedAcquire } from "../lease-rules.js";
-import type { AcquireInput } from "../lease-store.js";
+import { DomainError } from "../core/errors.js";
+import { assertWellFormedAcquire } from "./lease-rules.js";
+import type { AcquireInput } from "./lease-store.js";
 
-// The same checks as the embedded store's, so that both answer a malformed call alike. The lease
-// API validates its input against configured bounds; these only keep a malformed call from
-// storing a lease that could never be reasoned about.
+// The checks every lease store makes, so that all answer a malformed call alike. The lease API
+// validates its input against configured bounds; these only keep a malformed call from storing a
+// lease that could never be reasoned about.
 
 export function validateAcquire(input: AcquireInput): void {
   const { resource, ttlMs, owner } = input;
