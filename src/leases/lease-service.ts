@@ -1,11 +1,17 @@
-import { randomBytes } from "node:crypto";
 import { type AccessPolicy, openPolicy } from "../access/access-policy.js";
 import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
-import { randomBase64url } from "../core/random.js";
 import type { LeaseEvent, LeaseObserver } from "../metrics/observe.js";
-import { type LeaseState, leaseState, overlaps, type ResourceRef, resourceOf } from "./lease-rules.js";
+import { LeaseDelegates } from "./lease-delegates.js";
+import {
+  type AcquireRequest,
+  accessDenied,
+  type Caller,
+  type LeaseInfo,
+  notFound,
+} from "./lease-requests.js";
+import { leaseState, type ResourceRef } from "./lease-rules.js";
 import type {
   CommitIntentRef,
   DelegateRecord,
@@ -16,59 +22,12 @@ import type {
   LeaseSideEvent,
   LeaseStore,
 } from "./lease-store.js";
-import {
-  type DelegateNotice,
-  type PoolMembership,
-  type SharedWaitLine,
-  type SharesWaiting,
-  type Waiter,
-  type WaitNotice,
-  WaitQueue,
-} from "./wait-queue.js";
+import { LeaseWaiting } from "./lease-waiting.js";
+import type { PoolMembership, SharesWaiting } from "./wait-queue.js";
 
 export type LeaseLimits = { minTtlMs: number; maxTtlMs: number; maxWaitMs: number };
 
-/** A lease and its state at the instant it was read; in listings, its resource's queue length. */
-export type LeaseInfo = LeaseRecord & { state: LeaseState; waiters?: number };
-
-export type AcquireRequest = {
-  resource: LeaseResource;
-  ttlMs: number;
-  waitMs: number;
-  owner: string;
-  /** The client's request: once aborted (it disconnected), the waiter leaves the queue at once. */
-  signal?: AbortSignal;
-};
-
-/** An acquire request in the wait queue, until it is answered. */
-type PendingAcquire = Waiter & {
-  /** Its place in the wait queue shared by every replica (when the store offers one). */
-  ticket: string;
-  /**
-   * May try now: always with the in-process queue (its heads decide); in the shared queue, once
-   * its ticket was seen first in line among overlapping tickets.
-   */
-  head: boolean;
-  req: AcquireRequest;
-  caller: Caller;
-  resolve(lease: LeaseInfo): void;
-  reject(error: unknown): void;
-  /** A tryAcquire for it is under way. */
-  trying: boolean;
-  /**
-   * Wake-ups that came while it was trying: asked again once the attempt has answered (with the
-   * holder it saw), so that one that still picks it makes it try once more.
-   */
-  wokenWhileTrying: Array<(w: PendingAcquire) => boolean>;
-  timedOut: boolean;
-  aborted: boolean;
-  /** It found its resource held or others queued before it, and will wait (metrics). */
-  waited: boolean;
-  /** Undoes its timer and abort listener once it is answered. */
-  cleanup: Array<() => void>;
-};
-
-export type Caller = { principal: string | null; requestId: string | null };
+export type { AcquireRequest, Caller, LeaseInfo } from "./lease-requests.js";
 
 /**
  * Raises an object's HCT to at least `token` in the storage backend (StorageBackend
@@ -97,26 +56,16 @@ export type LeaseServiceOptions = {
 };
 
 /**
- * Lease operations as the API offers them: bounds checking, waiting for a held resource,
- * fencing commits left in flight by ended leases, and an audit record for every lease event
- * (inside the store's own step when the audit log shares its domain or the store records lease
- * events itself, right after it otherwise).
+ * Lease operations as the API offers them: bounds checking, waiting for a held resource (the
+ * queue, lease-waiting.ts), fencing commits left in flight by ended leases, delegates
+ * (lease-delegates.ts), and an audit record for every lease event (inside the store's own step
+ * when the audit log shares its domain or the store records lease events itself, right after it
+ * otherwise).
  */
 export class LeaseService {
-  private readonly queue = new WaitQueue<PendingAcquire>();
-  private nextWaiterId = 1;
-  private expiryTimer: NodeJS.Timeout | undefined;
-  /**
-   * The wait queue every replica shares, when the store offers one (Redis): this gateway's
-   * waiters stay in `queue` too, but order and wake-ups come from it.
-   */
-  private readonly shared: SharedWaitLine | undefined;
-  /** The store's release wakes the shared queue's waiters itself (SharesWaiting). */
-  private readonly releaseWakes: boolean;
-  private listening: Promise<void> | undefined;
-  private refreshTimer: NodeJS.Timeout | undefined;
-  /** Delegates this gateway knows (loaded at start, kept as they are created and revoked). */
-  private readonly delegates = new Map<string, { record: DelegateRecord; lease: ResourceRef }>();
+  /** Requests waiting for a held resource, in this gateway or in the queue every replica shares. */
+  private readonly queue: LeaseWaiting;
+  private readonly delegates: LeaseDelegates;
   private readonly joinsAudit: boolean;
   /** The store appends the records of its accepted lease events itself, in the same step. */
   private readonly storeRecords: boolean;
@@ -125,9 +74,34 @@ export class LeaseService {
     const { store, audit } = opts;
     this.joinsAudit = store.domain !== undefined && store.domain === audit.domain && !!audit.appendInStep;
     this.storeRecords = !this.joinsAudit && (store.recordsEventsIn?.(audit) ?? false);
-    const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
-    this.shared = typeof sharing === "function" ? sharing.call(store) : undefined;
-    this.releaseWakes = (store as Partial<SharesWaiting>).releaseWakesWaiters === true;
+    this.queue = new LeaseWaiting({
+      store,
+      clock: opts.clock,
+      observe: opts.observe,
+      event: (op, caller) => this.event(op, caller),
+      fenceIntents: (token, intents) => this.fenceIntents(token, intents),
+      release: (leaseId, caller) => this.release(leaseId, caller),
+      info: (lease) => this.info(lease),
+      refused: (req, caller) =>
+        this.recordFor("LeaseAcquired", req.resource, caller, {
+          decision: "rejected",
+          reason: "LeaseHeld",
+          owner: req.owner,
+        }),
+      actsFor: (lease, caller) => this.actsFor(lease, caller),
+      delegateNotice: (notice) => this.delegates.heard(notice),
+      reloadDelegates: () => this.delegates.load(),
+    });
+    this.delegates = new LeaseDelegates({
+      store,
+      audit,
+      clock: opts.clock,
+      delegateSecret: opts.delegateSecret,
+      queue: this.queue,
+      checkOwns: (lease, op, caller) => this.checkOwns(lease, op, caller),
+      actsFor: (lease, caller) => this.actsFor(lease, caller),
+      draft: (op, lease, caller) => this.draft(op, lease, caller),
+    });
   }
 
   /** Pool members shared by every replica, when the store offers it (Pools keeps its own otherwise). */
@@ -150,9 +124,7 @@ export class LeaseService {
    * releases it. A lease granted before principals were kept is anyone's who may lease it.
    */
   actsFor(lease: LeaseRecord, caller: Caller): boolean {
-    return (
-      this.owns(lease, caller) || this.delegates.get(caller.principal ?? "")?.record.leaseId === lease.leaseId
-    );
+    return this.owns(lease, caller) || this.delegates.leaseOf(caller.principal) === lease.leaseId;
   }
 
   /** Acts for the lease and is not a delegate: may also release it and delegate it. */
@@ -165,44 +137,17 @@ export class LeaseService {
 
   /** The delegate credential's secret, when `accessKeyId` is a delegate this gateway knows. */
   delegateSecretOf(accessKeyId: string): string | undefined {
-    if (!this.delegates.has(accessKeyId)) return undefined;
-    return this.opts.delegateSecret?.(accessKeyId);
+    return this.delegates.secretOf(accessKeyId);
   }
 
   /** What a delegate may write: its lease's resource (undefined for any other access key). */
   delegateScope(accessKeyId: string): (ResourceRef & { leaseId: string }) | undefined {
-    const d = this.delegates.get(accessKeyId);
-    return d ? { ...d.lease, leaseId: d.record.leaseId } : undefined;
+    return this.delegates.scope(accessKeyId);
   }
 
   /** Loads the delegates of the leases the store remembers (at start). */
-  async loadDelegates(): Promise<void> {
-    const store = this.opts.store;
-    // Delegates added or removed through other replicas from now on are heard of at once.
-    if (this.shared) await this.listen(this.shared);
-    if (!store.listDelegates) return;
-    const known = new Map<string, { record: DelegateRecord; lease: ResourceRef }>();
-    for (const record of await store.listDelegates()) {
-      const lease = await store.get(record.leaseId);
-      if (lease) known.set(record.delegateId, { record, lease: resourceOf(lease) });
-    }
-    // Loaded again after missed notices: those removed meanwhile go too.
-    this.delegates.clear();
-    for (const [id, d] of known) this.delegates.set(id, d);
-  }
-
-  /**
-   * Notices were missed while the shared queue's connection was lost: the delegates are read
-   * again, and this gateway's waiters now first in line try once (a lease may have ended meanwhile).
-   */
-  private async catchUp(shared: SharedWaitLine): Promise<void> {
-    await this.loadDelegates().catch(() => undefined);
-    const tickets = this.queue.all().map((w) => w.ticket);
-    if (tickets.length === 0) return;
-    const heads = new Set(await shared.refresh(tickets).catch(() => [] as string[]));
-    const mine = this.queue.all().filter((w) => heads.has(w.ticket));
-    for (const w of mine) w.head = true;
-    this.wake((w) => mine.includes(w));
+  loadDelegates(): Promise<void> {
+    return this.delegates.load();
   }
 
   /**
@@ -211,60 +156,20 @@ export class LeaseService {
    * resource, but neither release it nor delegate further. Recorded as LeaseDelegateAdded
    * (`owner` holds the delegate's access key id).
    */
-  async addDelegate(
+  addDelegate(
     leaseId: string,
     caller: Caller,
   ): Promise<{ delegate: DelegateRecord; secretAccessKey: string }> {
-    const store = this.opts.store;
-    const derive = this.opts.delegateSecret;
-    if (!store.addDelegate || !derive) {
-      throw new DomainError("NotImplemented", `the ${store.kind} lease store does not keep delegates`);
-    }
-    const lease = await store.get(leaseId);
-    if (!lease || lease.releasedAt !== undefined) throw notFound(leaseId);
-    await this.checkOwns(lease, "LeaseDelegateAdded", caller);
-    if (leaseState(lease, this.opts.clock()) !== "active") {
-      throw new DomainError("LeaseLost", `lease ${leaseId} has ended`, { leaseId });
-    }
-    const delegate: DelegateRecord = {
-      delegateId: `FGD${randomBytes(15)
-        .toString("base64url")
-        .toUpperCase()
-        .replace(/[^A-Z0-9]/g, "X")}`,
-      leaseId,
-      createdBy: caller.principal ?? "gateway",
-      createdAt: this.opts.clock(),
-    };
-    await store.addDelegate(delegate);
-    this.delegates.set(delegate.delegateId, { record: delegate, lease: resourceOf(lease) });
-    // Every replica accepts the credential from now on (the store keeps it for those that start later).
-    await this.shared
-      ?.announce({ kind: "delegate-added", delegate, lease: resourceOf(lease) })
-      .catch(() => undefined);
-    await this.opts.audit.append({
-      ...this.draft("LeaseDelegateAdded", lease, caller),
-      owner: delegate.delegateId,
-    });
-    return { delegate, secretAccessKey: derive(delegate.delegateId) };
+    return this.delegates.add(leaseId, caller);
   }
 
-  async listDelegates(leaseId: string, caller: Caller): Promise<DelegateRecord[]> {
-    const lease = await this.opts.store.get(leaseId);
-    if (!lease) throw notFound(leaseId);
-    if (!this.actsFor(lease, caller)) throw accessDenied(`lease ${leaseId} belongs to another access key`);
-    return (await this.opts.store.listDelegates?.(leaseId)) ?? [];
+  listDelegates(leaseId: string, caller: Caller): Promise<DelegateRecord[]> {
+    return this.delegates.list(leaseId, caller);
   }
 
   /** Revokes a delegate at once (the lease's owner or an administrator). */
-  async removeDelegate(leaseId: string, delegateId: string, caller: Caller): Promise<void> {
-    const lease = await this.opts.store.get(leaseId);
-    if (!lease) throw notFound(leaseId);
-    await this.checkOwns(lease, "LeaseDelegateRemoved", caller);
-    const removed = (await this.opts.store.removeDelegate?.(leaseId, delegateId)) ?? false;
-    if (!removed) throw new DomainError("NoSuchEndpoint", `lease ${leaseId} has no delegate ${delegateId}`);
-    this.delegates.delete(delegateId);
-    await this.shared?.announce({ kind: "delegate-removed", leaseId, delegateId }).catch(() => undefined);
-    await this.opts.audit.append({ ...this.draft("LeaseDelegateRemoved", lease, caller), owner: delegateId });
+  removeDelegate(leaseId: string, delegateId: string, caller: Caller): Promise<void> {
+    return this.delegates.remove(leaseId, delegateId, caller);
   }
 
   async acquire(req: AcquireRequest, caller: Caller): Promise<LeaseInfo> {
@@ -287,347 +192,7 @@ export class LeaseService {
       });
       throw accessDenied(`may not lease ${describe(req.resource)}`);
     }
-    if (req.signal?.aborted) throw gone();
-    const asked = performance.now();
-    let pending: PendingAcquire | undefined;
-    const answer = new Promise<LeaseInfo>((resolve, reject) => {
-      const waiter: PendingAcquire = {
-        id: this.nextWaiterId++,
-        ticket: randomBase64url(12),
-        head: this.shared === undefined,
-        resource: req.resource,
-        heldBy: null,
-        req,
-        caller,
-        resolve,
-        reject,
-        trying: false,
-        wokenWhileTrying: [],
-        timedOut: false,
-        aborted: false,
-        waited: false,
-        cleanup: [],
-      };
-      pending = waiter;
-      this.queue.add(waiter);
-      // Waiting is measured by a timer, on the monotonic clock: a wall clock step neither cuts
-      // it short nor stretches it.
-      if (req.waitMs > 0) {
-        const timer = setTimeout(() => this.timeOut(waiter), req.waitMs);
-        waiter.cleanup.push(() => clearTimeout(timer));
-      }
-      if (req.signal) {
-        const signal = req.signal;
-        const onAbort = () => this.abandon(waiter);
-        signal.addEventListener("abort", onAbort, { once: true });
-        waiter.cleanup.push(() => signal.removeEventListener("abort", onAbort));
-      }
-      if (this.shared) {
-        void this.enqueueShared(this.shared, waiter);
-        return;
-      }
-      if (this.queue.aheadOf(waiter)) {
-        // Earlier waiters come first; one that will not wait does not jump the queue.
-        if (req.waitMs === 0) void this.giveUp(waiter);
-        else waiter.waited = true;
-        return;
-      }
-      // First in line for its resource: it tries at once (the heads need not be listed for that).
-      void this.attempt(waiter);
-    });
-    const observe = this.opts.observe;
-    if (!observe) return answer;
-    const waited = (outcome: "granted" | "timeout" | "error") => {
-      if (pending?.waited) observe.waited(outcome, (performance.now() - asked) / 1000);
-    };
-    return answer.then(
-      (lease) => {
-        waited("granted");
-        return lease;
-      },
-      (e: unknown) => {
-        waited(e instanceof DomainError && e.code === "LeaseHeld" ? "timeout" : "error");
-        throw e;
-      },
-    );
-  }
-
-  /** Takes the waiter's ticket in the shared queue; it tries at once if first in line. */
-  private async enqueueShared(shared: SharedWaitLine, w: PendingAcquire): Promise<void> {
-    let first: boolean;
-    try {
-      await this.listen(shared);
-      first = await shared.enqueue(w.ticket, w.req.resource);
-    } catch (e) {
-      if (this.queue.remove(w)) this.settle(w, () => w.reject(e));
-      void this.afterLeave(w);
-      return;
-    }
-    // It gave up or went away meanwhile: its ticket, queued after that, leaves too.
-    if (!this.queue.has(w)) return void this.afterLeave(w);
-    this.keepTicketsAlive(shared);
-    if (first) w.head = true;
-    if (!w.head) {
-      // Earlier waiters come first; one that will not wait does not jump the queue.
-      if (w.req.waitMs === 0) void this.giveUp(w);
-      else w.waited = true;
-      return;
-    }
-    // (A wake-up that named it before this answer came has made it try already; a notice that
-    // it is first behind a holder has made one that will not wait give up: see onNotice.)
-    if (!w.trying && w.heldBy === null) this.wake((x) => x === w);
-  }
-
-  /** Hears the shared queue's wake-ups and the other replicas' delegates (from the first need on). */
-  private listen(shared: SharedWaitLine): Promise<void> {
-    this.listening ??= shared
-      .listen((notice) => this.onNotice(notice))
-      .catch((e: unknown) => {
-        this.listening = undefined;
-        throw e;
-      });
-    return this.listening;
-  }
-
-  /**
-   * A wake-up from the shared queue: this gateway's waiters it names are now first in line. Or a
-   * delegate added or removed through some replica.
-   */
-  private onNotice(notice: WaitNotice | DelegateNotice): void {
-    if (notice.kind === "delegate-added") {
-      this.delegates.set(notice.delegate.delegateId, { record: notice.delegate, lease: notice.lease });
-      return;
-    }
-    if (notice.kind === "resubscribed") {
-      if (this.shared) void this.catchUp(this.shared);
-      return;
-    }
-    if (notice.kind === "delegate-removed") {
-      if (this.delegates.get(notice.delegateId)?.record.leaseId === notice.leaseId) {
-        this.delegates.delete(notice.delegateId);
-      }
-      return;
-    }
-    const named = new Set(notice.tickets);
-    const mine = this.queue.all().filter((w) => named.has(w.ticket));
-    if (mine.length === 0) return;
-    for (const w of mine) w.head = true;
-    if (notice.kind === "held") {
-      // They wait for the new holder: its expiry is their wake-up time. A request that will not
-      // wait gives up instead (unless an attempt of its own is under way and will decide): it
-      // has no deadline to end that wait. The notice can come before the answer to its ticket's
-      // enqueue (another Redis connection), so this is the one place that sees it in time.
-      for (const w of mine) if (w.heldBy === null) w.heldBy = notice.lease;
-      for (const w of mine) if (w.req.waitMs === 0 && !w.trying) void this.giveUp(w);
-      this.scheduleExpiryWake();
-      return;
-    }
-    const woken = new Set(mine);
-    this.wake((w) => woken.has(w) && (notice.kind === "ended" || w.heldBy === null));
-  }
-
-  /**
-   * Refreshes this gateway's tickets while any waits, so that they are not taken for a dead
-   * gateway's. The same heartbeat finds the waiters that came first in line because a dead
-   * gateway's ticket ahead of them ran out (nobody else tells them): those that never tried, try.
-   */
-  private keepTicketsAlive(shared: SharedWaitLine): void {
-    if (this.refreshTimer) return;
-    this.refreshTimer = setInterval(
-      () => {
-        const tickets = this.queue.all().map((w) => w.ticket);
-        if (tickets.length === 0) {
-          clearInterval(this.refreshTimer);
-          this.refreshTimer = undefined;
-          return;
-        }
-        shared.refresh(tickets).then(
-          (heads) => this.onNotice({ kind: "left", tickets: heads }),
-          () => undefined,
-        );
-      },
-      Math.max(1, Math.floor(shared.ticketTtlMs / 3)),
-    );
-    this.refreshTimer.unref();
-  }
-
-  /** The waiters that may try now. */
-  private heads(): PendingAcquire[] {
-    return this.shared ? this.queue.all().filter((w) => w.head) : this.queue.heads();
-  }
-
-  /**
-   * A waiter left the queue (answered with an error, gave up, went away): those now first in
-   * line are told (the shared queue tells them, in whichever replica they wait).
-   */
-  private async afterLeave(w: PendingAcquire): Promise<void> {
-    if (this.shared) await this.shared.leave(w.ticket).catch(() => undefined);
-    else this.wake(newHeads);
-  }
-
-  /**
-   * Tries the waiters at the head of their resource's queue that `filter` picks. Heads never
-   * overlap one another, so their attempts run side by side (each is one atomic step of the
-   * store, which checks for overlapping leases itself): a grant on one key does not wait for the
-   * fsync of a grant on another. A head already trying keeps the wake-up and asks it once its
-   * attempt has found the resource held (what woke it may have ended that holder after the
-   * attempt read it); asked now, it would judge by the state before the attempt's answer.
-   */
-  private wake(filter: (w: PendingAcquire) => boolean): void {
-    for (const w of this.heads()) {
-      if (w.trying) w.wokenWhileTrying.push(filter);
-      else if (filter(w)) void this.attempt(w);
-    }
-    this.scheduleExpiryWake();
-  }
-
-  /**
-   * The only timer besides each waiter's deadline: at the earliest expiry among the holders that
-   * keep head waiters out, those waiters try again (no polling: a holder that renewed is simply
-   * seen with its new expiry).
-   */
-  private scheduleExpiryWake(): void {
-    if (this.expiryTimer) clearTimeout(this.expiryTimer);
-    this.expiryTimer = undefined;
-    // Nobody waits for a holder (the common case): nothing to list.
-    if (!this.queue.all().some((w) => w.heldBy !== null)) return;
-    let first = Number.POSITIVE_INFINITY;
-    for (const w of this.heads()) if (w.heldBy) first = Math.min(first, w.heldBy.expiresAt);
-    if (first === Number.POSITIVE_INFINITY) return;
-    const delay = Math.max(1, first - this.opts.clock());
-    this.expiryTimer = setTimeout(() => {
-      this.expiryTimer = undefined;
-      const now = this.opts.clock();
-      this.wake((w) => w.heldBy !== null && w.heldBy.expiresAt <= now);
-    }, delay);
-    this.expiryTimer.unref();
-  }
-
-  private async attempt(w: PendingAcquire): Promise<void> {
-    try {
-      await this.tryAsHead(w);
-    } finally {
-      this.scheduleExpiryWake();
-    }
-  }
-
-  private async tryAsHead(w: PendingAcquire): Promise<void> {
-    const { req, caller } = w;
-    const { principal } = caller;
-    w.trying = true;
-    try {
-      for (;;) {
-        w.wokenWhileTrying = [];
-        const event = this.event("LeaseAcquired", caller);
-        const input = {
-          resource: req.resource,
-          ttlMs: req.ttlMs,
-          owner: req.owner,
-          ...(principal !== null ? { principal } : {}),
-        };
-        // In the shared queue, the grant's own step also checks that its ticket is first in line.
-        const result = this.shared
-          ? await this.shared.tryAcquireAsHead(w.ticket, input, event.context)
-          : await this.opts.store.tryAcquire(input, event.hook, event.context);
-        if ("behind" in result) {
-          if (wokenAgain(w)) continue;
-          w.head = false;
-          if (w.req.waitMs > 0) w.waited = true;
-          break;
-        }
-        if (result.granted) {
-          this.queue.remove(w);
-          // Those now first in line wait for this lease: its expiry is their wake-up time (the
-          // shared queue tells them itself, in the grant's step).
-          // (The heads are listed only when some waiter overlaps the lease at all.)
-          const overlapping = (x: PendingAcquire) => overlaps(x.resource, result.lease);
-          if (!this.shared && this.queue.all().some(overlapping)) {
-            for (const x of this.queue.heads())
-              if (x.heldBy === null && overlapping(x)) x.heldBy = result.lease;
-          }
-          // Expiries this grant saw are recorded before it, in token order.
-          for (const lapsed of result.expired ?? []) await event.recordIfNotYet(lapsed, "LeaseExpired");
-          await event.recordIfNotYet(result.lease);
-          if (w.aborted) {
-            // Nobody is there to receive it: give it back at once, for the next waiter.
-            await this.release(result.lease.leaseId, { principal: null, requestId: caller.requestId });
-            return;
-          }
-          this.settle(w, () => w.resolve(this.info(result.lease)));
-          return;
-        }
-        if ("fence" in result) {
-          await this.fenceIntents(result.fence.token, result.fence.intents);
-          continue;
-        }
-        w.heldBy = result.heldBy;
-        if (w.req.waitMs > 0) w.waited = true;
-        if (wokenAgain(w)) continue;
-        break;
-      }
-    } catch (e) {
-      this.queue.remove(w);
-      this.settle(w, () => w.reject(e));
-      void this.afterLeave(w);
-      return;
-    } finally {
-      w.trying = false;
-    }
-    if (w.aborted) this.abandon(w);
-    else if (w.req.waitMs === 0 || w.timedOut) await this.giveUp(w);
-  }
-
-  private timeOut(w: PendingAcquire): void {
-    w.timedOut = true;
-    if (!w.trying) void this.giveUp(w);
-  }
-
-  /** The client went away (its request was aborted): leave the queue at once. */
-  private abandon(w: PendingAcquire): void {
-    w.aborted = true;
-    if (w.trying || !this.queue.remove(w)) return;
-    // Answered once its ticket is gone: nobody sees it queued after it was answered.
-    void this.afterLeave(w).then(() => this.settle(w, () => w.reject(gone())));
-  }
-
-  /** Still held when the waiter's time is up: LeaseHeld, recorded, and the queue moves on. */
-  private async giveUp(w: PendingAcquire): Promise<void> {
-    if (!this.queue.remove(w)) return;
-    await this.afterLeave(w);
-    const { req, caller } = w;
-    const held = w.heldBy ?? this.queue.aheadOf(w)?.heldBy ?? null;
-    try {
-      await this.recordFor("LeaseAcquired", req.resource, caller, {
-        decision: "rejected",
-        reason: "LeaseHeld",
-        owner: req.owner,
-      });
-    } catch (e) {
-      this.settle(w, () => w.reject(e));
-      return;
-    }
-    const details = held
-      ? {
-          heldBy: {
-            // Another principal's lease id would let it be looked up, renewed or released.
-            ...(this.actsFor(held, caller) ? { leaseId: held.leaseId } : {}),
-            bucket: held.bucket,
-            ...(held.key !== undefined ? { key: held.key } : { prefix: held.prefix }),
-            owner: held.owner,
-            token: held.token,
-            expiresAt: new Date(held.expiresAt).toISOString(),
-          },
-        }
-      : {};
-    const message = held
-      ? "an active lease on an overlapping resource is held"
-      : "earlier requests are waiting for an overlapping resource";
-    this.settle(w, () => w.reject(new DomainError("LeaseHeld", message, details)));
-  }
-
-  private settle(w: PendingAcquire, answer: () => void): void {
-    for (const undo of w.cleanup.splice(0)) undo();
-    answer();
+    return this.queue.acquire(req, caller);
   }
 
   async get(leaseId: string): Promise<LeaseInfo> {
@@ -677,7 +242,7 @@ export class LeaseService {
     }
     await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
     // A shared queue's store may have told the waiters in the release's own step.
-    if (!(this.shared && this.releaseWakes)) this.wakeAfterEnd([lease]);
+    this.queue.released(lease);
   }
 
   /**
@@ -709,7 +274,7 @@ export class LeaseService {
     if (lease.releasedAt === undefined) this.opts.observe?.event("LeaseBroken", lease.token);
     if (lease.key !== undefined) await this.opts.fenceObject(lease.bucket, lease.key, fence.token);
     await this.fenceIntents(fence.token, fence.intents);
-    this.wakeAfterEnd([lease]);
+    this.queue.ended([lease]);
     return { lease: this.info(lease), floorToken: fence.token };
   }
 
@@ -719,9 +284,7 @@ export class LeaseService {
    */
   async list(filter: { bucket?: string; prefix?: string }): Promise<LeaseInfo[]> {
     const leases = await this.opts.store.list(filter);
-    const counts = this.shared
-      ? await this.shared.waitingOn(leases.map(resourceOf))
-      : leases.map((l) => this.queue.waitingOn(resourceOf(l)));
+    const counts = await this.queue.waitingOn(leases);
     return leases.map((l, i) => ({ ...this.info(l), waiters: counts[i] ?? 0 }));
   }
 
@@ -735,20 +298,8 @@ export class LeaseService {
     const event = this.event("LeaseExpired", { principal: null, requestId: null });
     const expired = await this.opts.store.collectExpired(event.hook, event.context);
     for (const lease of expired) await event.recordIfNotYet(lease);
-    this.wakeAfterEnd(expired);
+    this.queue.ended(expired);
     return expired.length;
-  }
-
-  /** Leases ended: the first waiter of each resource they covered tries (one per resource). */
-  private wakeAfterEnd(ended: readonly LeaseRecord[]): void {
-    if (ended.length === 0) return;
-    if (this.shared) {
-      // Whichever replica's waiter is first in line hears it (this one's too).
-      this.shared.ended(ended.map(resourceOf)).catch(() => undefined);
-      return;
-    }
-    if (this.queue.size === 0) return;
-    this.wake((w) => ended.some((lease) => overlaps(lease, w.resource)));
   }
 
   info(lease: LeaseRecord): LeaseInfo {
@@ -774,7 +325,7 @@ export class LeaseService {
   private async checkOwns(lease: LeaseRecord, op: string, caller: Caller): Promise<void> {
     if (this.owns(lease, caller)) return;
     await this.record(op, lease, caller, { decision: "rejected", reason: "AccessDenied" });
-    const delegate = this.delegates.get(caller.principal ?? "")?.record.leaseId === lease.leaseId;
+    const delegate = this.delegates.leaseOf(caller.principal) === lease.leaseId;
     throw accessDenied(
       delegate
         ? "is a delegate of the lease: delegates renew it and write with it, never release or delegate it"
@@ -892,27 +443,4 @@ function describe(resource: LeaseResource): string {
   return resource.key !== undefined
     ? `key ${JSON.stringify(resource.key)} in bucket ${resource.bucket}`
     : `prefix ${JSON.stringify(resource.prefix)} in bucket ${resource.bucket}`;
-}
-
-function accessDenied(message: string): DomainError {
-  return new DomainError("AccessDenied", `Access Denied: this access key ${message}`);
-}
-
-/**
- * After a waiter left: those that became first in line for their resource and never tried. A
- * waiter that already tried is first in line since then (only earlier waiters ever leave), and
- * waits for its holder's end, not for this.
- */
-const newHeads = (w: { heldBy: LeaseRecord | null }): boolean => w.heldBy === null;
-
-/** Whether a wake-up that came during the waiter's attempt still picks it, now that it answered. */
-const wokenAgain = (w: PendingAcquire): boolean => w.wokenWhileTrying.some((wake) => wake(w));
-
-/** The answer to a request whose client went away; nobody receives it. */
-function gone(): DomainError {
-  return new DomainError("RequestTimeout", "the client closed the request while it was waiting");
-}
-
-function notFound(leaseId: string): DomainError {
-  return new DomainError("LeaseNotFound", `no lease ${leaseId}`);
 }
