@@ -57,9 +57,9 @@ const COLUMNS =
 
 /**
  * The audit log kept in the gateway's own SQLite file (or, for tests and single-process setups,
- * in a database in memory: the same records, filters and cursors without durability). append is one step of the database's
- * domain: with synchronous=FULL it resolves only once the record is on disk, so the caller may
- * answer the request it audits. appendInStep joins another component's step on the same
+ * in a database in memory: the same records, filters and cursors without durability). append is
+ * one step of the database's domain: with synchronous=FULL it resolves only once the record is on
+ * disk, so the caller may answer the request it audits. appendInStep joins another component's step on the same
  * database (the fs backend's commit, the embedded lease store's grant): the record then commits
  * or rolls back with it.
  */

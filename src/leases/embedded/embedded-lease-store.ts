@@ -46,9 +46,9 @@ const DAY_MS = 24 * 60 * 60 * 1000;
 
 /**
  * The lease store kept in the gateway's own SQLite file (or, for tests and single-process setups,
- * in a database in memory: the same rules and answers without durability). Every change is one step of the
- * database's domain (one transaction), so operations are serialized without locks of our own,
- * and the db is the only state (no cache that could disagree with it after a crash). Its
+ * in a database in memory: the same rules and answers without durability). Every change is one
+ * step of the database's domain (one transaction), so operations are serialized without locks of
+ * our own, and the db is the only state (no cache that could disagree with it after a crash). Its
  * synchronous reads (`inDomain`) let the fs backend check a write's lease inside the write's own
  * transaction.
  */
