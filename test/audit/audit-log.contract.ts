@@ -1,6 +1,6 @@
 /**
- * The conformance suite every AuditLog passes (embedded, memory, and Redis later). Time is a fake
- * clock handed to the factory: no test sleeps.
+ * The conformance suite every AuditLog passes (embedded on a file and in memory, Redis). Time is
+ * a fake clock handed to the factory: no test sleeps.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { AuditDraft, AuditLog, AuditQuery, AuditRecord } from "../../src/audit/audit-log.js";

@@ -1,5 +1,5 @@
 /**
- * The conformance suite every LeaseStore passes (embedded, memory, and Redis and Redlock later).
+ * The conformance suite every LeaseStore passes (embedded on a file and in memory, Redis, Redlock).
  * Time is a fake clock handed to the factory: no test sleeps. Commit intents and the parts that
  * depend on a store's domain live in their own files and run as part of this suite.
  */
