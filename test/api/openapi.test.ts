@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type LeaseApiOptions, leaseApi } from "../../src/api/lease-api.js";
+import { openApiDocument } from "../../src/api/openapi.js";
 import { ROOT, startTestGateway, type TestGateway } from "../support/gateway.js";
 import { createResponseChecker, describedOperations, type OpenApiDoc } from "../support/openapi-check.js";
 import { checkedResponses, checkLeaseApiResponses } from "../support/openapi-recorder.js";
@@ -22,6 +23,11 @@ afterAll(async () => {
 });
 
 describe("the OpenAPI document", () => {
+  it("is generated from the lease API's schemas: the file in the repository is the current one", () => {
+    // After a change to src/api/schemas.ts or src/api/openapi.ts: npx tsx scripts/generate-openapi.ts
+    expect(doc, "src/api/openapi.json is stale: run scripts/generate-openapi.ts").toEqual(openApiDocument());
+  });
+
   it("is served at /_fence/v1/openapi.json without signing, equal to the file in the repository", async () => {
     const res = await fetch(`${gw.url}/_fence/v1/openapi.json`);
     expect(res.status).toBe(200);
