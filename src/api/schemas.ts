@@ -188,7 +188,7 @@ export const AuditQuery = z.object({
   since: instant("since", "Inclusive."),
   until: instant("until", "Exclusive."),
   limit: z.coerce
-    .number({ error: LIMIT })
+    .number<number | string>({ error: LIMIT })
     .int(LIMIT)
     .min(1, LIMIT)
     .max(MAX_AUDIT_LIMIT, LIMIT)
