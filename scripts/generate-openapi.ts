@@ -3,7 +3,7 @@ import { writeFileSync } from "node:fs";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import ts from "typescript";
 import type { z } from "zod";
-import { openApiDocument } from "../src/api/openapi.js";
+import { openApiDocument } from "./openapi-document.js";
 import * as schemas from "../src/api/schemas.js";
 
 /**

@@ -12,7 +12,7 @@ import { Pools } from "../leases/pools.js";
 import type { Transactions } from "../transactions/transactions.js";
 import { toApiError } from "./errors.js";
 import { leaseView } from "./lease-view.js";
-import { openApiDocument } from "./openapi.js";
+import openapi from "./openapi.json" with { type: "json" };
 import {
   AcquireRequest,
   AuditQuery,
@@ -62,7 +62,6 @@ export type LeaseApiOptions = {
 
 /** The JSON lease API and health endpoint (contract: "Lease API"). */
 export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
-  const openapi = openApiDocument();
   const app = new Hono<ApiEnv>().basePath(API_BASE);
   // The fencing token only for whoever acts for the lease (LeaseService.actsFor).
   const viewFor = (c: Context<ApiEnv>) => (lease: LeaseInfo) =>

@@ -5,7 +5,7 @@ import { getRequestListener, type HttpBindings } from "@hono/node-server";
 import { Hono } from "hono";
 import { toApiError } from "../api/errors.js";
 import { API_BASE, leaseApi } from "../api/lease-api.js";
-import { openApiDocument } from "../api/openapi.js";
+import openapi from "../api/openapi.json" with { type: "json" };
 import { apiAuthenticator } from "../api/request-auth.js";
 import { resolveSecrets } from "../config/resolve.js";
 import type { Config } from "../config/schema.js";
@@ -142,7 +142,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
   });
   fencer.transactions = transactions;
   wireMetrics(metrics, { leaseStore, audit, backends: components.backends.values(), leases, transactions });
-  const apiOperation = apiOperations(openApiDocument(), API_BASE);
+  const apiOperation = apiOperations(openapi, API_BASE);
   // Without them (the lease store unreachable at start), delegates get 403 until they are re-issued.
   await leases.loadDelegates().catch((err) => log.warn({ err }, "lease delegates not loaded"));
   const access = withDelegates(secrets.access, (id) => leases.delegateScope(id));

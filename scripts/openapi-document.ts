@@ -1,10 +1,11 @@
 import { z } from "zod";
-import { AuditQuery, components, ListQuery } from "./schemas.js";
+import { AuditQuery, components, ListQuery } from "../src/api/schemas.js";
 
 /**
- * The OpenAPI 3.1 document of the lease API, generated from its schemas (src/api/schemas.ts):
- * served at /_fence/v1/openapi.json, and written to src/api/openapi.json by
- * scripts/generate-openapi.ts (a test fails when that file and this document differ).
+ * The OpenAPI 3.1 document of the lease API: its operations, described here, and its messages,
+ * generated from the schemas the API validates with (src/api/schemas.ts). Written to
+ * src/api/openapi.json by scripts/generate-openapi.ts; the gateway serves that file at
+ * /_fence/v1/openapi.json, and a test fails when it and this document differ.
  */
 
 type Json = Record<string, unknown>;
