@@ -71,13 +71,18 @@ export function wireText(): string {
   const program = ts.createProgram([probe], options, host);
   const checker = program.getTypeChecker();
   const flags = ts.TypeFormatFlags.NoTruncation | ts.TypeFormatFlags.InTypeAlias;
+  // A type written out earlier is named where a later one holds it (Lease in Claim, …).
+  const written: [name: string, text: string][] = [];
   const declarations = program
     .getSourceFile(probe)!
     .statements.filter(ts.isTypeAliasDeclaration)
     .map((d) => {
       const [schema, io] = WIRE_TYPES[d.name.text]!;
-      const text = checker.typeToString(checker.getTypeAtLocation(d.name), undefined, flags);
-      if (/\bany\b|\bz\./.test(text)) throw new Error(`${d.name.text} did not expand: ${text}`);
+      const expanded = checker.typeToString(checker.getTypeAtLocation(d.name), undefined, flags);
+      if (/\bany\b|\bz\./.test(expanded)) throw new Error(`${d.name.text} did not expand: ${expanded}`);
+      const text = written.reduce((t, [name, earlier]) => t.replaceAll(earlier, name), expanded);
+      written.push([d.name.text, expanded]);
+      written.sort((x, y) => y[1].length - x[1].length);
       const about = schemas.components.get(schemas[schema as keyof typeof schemas] as z.ZodType)?.description;
       return `/** ${about ? `${about} ` : ""}(z.${io} of ${schema}.) */\nexport type ${d.name.text} = ${text};\n`;
     });

@@ -104,38 +104,7 @@ export type Claim = {
   fairShare: number;
   workers: number;
   target: number;
-  groups: {
-    group: number;
-    lease:
-      | {
-          key: string;
-          leaseId: string;
-          bucket: string;
-          owner: string;
-          token: number;
-          ttlMs: number;
-          acquiredAt: string;
-          expiresAt: string;
-          state: "active" | "expired" | "released";
-          prefix?: undefined;
-          fencingToken?: string | undefined;
-          waiters?: number | undefined;
-        }
-      | {
-          prefix: string;
-          leaseId: string;
-          bucket: string;
-          owner: string;
-          token: number;
-          ttlMs: number;
-          acquiredAt: string;
-          expiresAt: string;
-          state: "active" | "expired" | "released";
-          key?: undefined;
-          fencingToken?: string | undefined;
-          waiters?: number | undefined;
-        };
-  }[];
+  groups: { group: number; lease: Lease }[];
 };
 
 /** (z.output of NewTransaction.) */
@@ -155,7 +124,7 @@ export type TransactionObject = { key: string; etag: string } | { key: string; d
 export type Transaction = {
   [x: string]: unknown;
   state: "open" | "committed" | "aborted";
-  objects: ({ key: string; etag: string } | { key: string; deleted: true })[];
+  objects: TransactionObject[];
   transactionId: string;
   leaseId: string;
   token: number;
@@ -169,5 +138,5 @@ export type TransactionCommit = {
   [x: string]: unknown;
   transactionId: string;
   token: number;
-  objects: ({ key: string; etag: string } | { key: string; deleted: true })[];
+  objects: TransactionObject[];
 };
