@@ -27,6 +27,7 @@ const WIRE_TYPES: Record<string, [schema: string, io: "input" | "output"]> = {
   Delegate: ["Delegate", "output"],
   NewDelegate: ["NewDelegate", "output"],
   Claim: ["Claim", "output"],
+  HeldBy: ["HeldBy", "output"],
   NewTransaction: ["NewTransaction", "output"],
   TransactionObject: ["TransactionObject", "output"],
   Transaction: ["Transaction", "output"],

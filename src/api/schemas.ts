@@ -346,27 +346,27 @@ export const ErrorAnswer = named(
   }),
 );
 
+export const HeldBy = named(
+  "HeldBy",
+  z.strictObject({
+    leaseId: z.string().optional(),
+    bucket: z.string(),
+    key: z.string().optional(),
+    prefix: z.string().optional(),
+    owner: z.string(),
+    token: z.int(),
+    expiresAt: dateTime(),
+  }),
+  "The lease in the way, without its token string; its leaseId only for the access key that holds it and administrators. Absent when the request gave up behind earlier queued requests rather than behind a holder.",
+);
+
 export const LeaseHeldError = named(
   "LeaseHeldError",
   z.strictObject({
     error: z.looseObject({
       code: z.literal("LeaseHeld"),
       message: z.string(),
-      heldBy: z
-        .strictObject({
-          leaseId: z.string().optional(),
-          bucket: z.string(),
-          key: z.string().optional(),
-          prefix: z.string().optional(),
-          owner: z.string(),
-          token: z.int(),
-          expiresAt: dateTime(),
-        })
-        .optional()
-        .meta({
-          description:
-            "The lease in the way, without its token string; its leaseId only for the access key that holds it and administrators. Absent when the request gave up behind earlier queued requests rather than behind a holder.",
-        }),
+      heldBy: HeldBy.optional(),
     }),
   }),
 );

@@ -24,6 +24,7 @@ export type {
   AuditRecord,
   Claim,
   Delegate,
+  HeldBy,
   NewDelegate,
   NewTransaction as TransactionRecord,
   Transaction as TransactionView,

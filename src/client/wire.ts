@@ -107,6 +107,17 @@ export type Claim = {
   groups: { group: number; lease: Lease }[];
 };
 
+/** The lease in the way, without its token string; its leaseId only for the access key that holds it and administrators. Absent when the request gave up behind earlier queued requests rather than behind a holder. (z.output of HeldBy.) */
+export type HeldBy = {
+  bucket: string;
+  owner: string;
+  token: number;
+  expiresAt: string;
+  leaseId?: string | undefined;
+  key?: string | undefined;
+  prefix?: string | undefined;
+};
+
 /** (z.output of NewTransaction.) */
 export type NewTransaction = {
   [x: string]: unknown;
