@@ -2,13 +2,7 @@ import type { IncomingMessage } from "node:http";
 import type { Context } from "hono";
 import { Hono } from "hono";
 import type { AccessPolicy } from "../access/access-policy.js";
-import {
-  type AuditDecision,
-  type AuditLog,
-  type AuditQuery,
-  DEFAULT_AUDIT_LIMIT,
-  MAX_AUDIT_LIMIT,
-} from "../audit/audit-log.js";
+import type { AuditLog } from "../audit/audit-log.js";
 import { DomainError } from "../core/errors.js";
 import type { RequestSummary } from "../core/log.js";
 import type { Keyring } from "../fence/tokens.js";
@@ -17,9 +11,17 @@ import type { DelegateRecord } from "../leases/lease-store.js";
 import { Pools } from "../leases/pools.js";
 import type { Transactions } from "../transactions/transactions.js";
 import { toApiError } from "./errors.js";
-import { filterParam, leaseOwnerOf, leaseResourceOf } from "./lease-input.js";
 import { leaseView } from "./lease-view.js";
 import openapi from "./openapi.json" with { type: "json" };
+import {
+  AcquireRequest,
+  AuditQuery,
+  ClaimRequest,
+  ListQuery,
+  parseInput,
+  parseQuery,
+  RenewRequest,
+} from "./schemas.js";
 
 export const API_BASE = "/_fence/v1";
 
@@ -122,13 +124,9 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   });
 
   app.post("/leases", async (c) => {
-    const body = jsonBody(c);
-    const resource = leaseResourceOf(body);
-    const ttlMs = body.ttlMs;
-    if (typeof ttlMs !== "number") throw invalid("ttlMs is required (milliseconds)");
-    const waitMs = body.waitMs ?? 0;
-    if (typeof waitMs !== "number") throw invalid("waitMs must be a number of milliseconds");
-    const owner = leaseOwnerOf(body.owner, c.get("principal"));
+    const { bucket, key, prefix, ttlMs, waitMs, ...body } = parseInput(AcquireRequest, jsonBody(c));
+    const resource = key !== undefined ? { bucket, key } : { bucket, prefix: prefix ?? "" };
+    const owner = body.owner ?? c.get("principal");
     noteLease(c.env.summary, resource);
     opts.pools?.checkOrdinary(resource);
     // A waiter whose client hangs up leaves the queue at once (the request's abort signal). A
@@ -139,18 +137,13 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   });
 
   app.get("/leases", async (c) => {
-    const bucket = filterParam("bucket", c.req.query("bucket"));
-    const prefix = filterParam("prefix", c.req.query("prefix"));
-    return c.json({ leases: (await opts.leases.list({ bucket, prefix })).map(viewFor(c)) });
+    return c.json({ leases: (await opts.leases.list(parseQuery(ListQuery, c))).map(viewFor(c)) });
   });
 
   app.get("/leases/:leaseId", async (c) => c.json(viewOf(c, await opts.leases.get(c.req.param("leaseId")))));
 
   app.post("/leases/:leaseId/renew", async (c) => {
-    const body = c.get("body").length > 0 ? jsonBody(c) : {};
-    const ttlMs = body.ttlMs;
-    if (ttlMs !== undefined && typeof ttlMs !== "number")
-      throw invalid("ttlMs must be a number of milliseconds");
+    const { ttlMs } = parseInput(RenewRequest, c.get("body").length > 0 ? jsonBody(c) : {});
     return c.json(viewOf(c, await opts.leases.renew(c.req.param("leaseId"), ttlMs, caller(c))));
   });
 
@@ -162,10 +155,8 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
 
   // Ownership groups: a worker claims a fair share of a pool's groups (also its heartbeat).
   app.post("/pools/:pool/claims", async (c) => {
-    const body = jsonBody(c);
-    const ttlMs = body.ttlMs;
-    if (typeof ttlMs !== "number") throw invalid("ttlMs is required (milliseconds)");
-    const owner = leaseOwnerOf(body.owner, c.get("principal"));
+    const { ttlMs, ...body } = parseInput(ClaimRequest, jsonBody(c));
+    const owner = body.owner ?? c.get("principal");
     const pools = opts.pools ?? new Pools(opts.leases, {});
     const claim = await pools.claim(c.req.param("pool"), owner, ttlMs, caller(c));
     const view = viewFor(c);
@@ -198,7 +189,7 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     return c.body(null, 204);
   });
 
-  app.get("/audit", async (c) => c.json(await opts.audit.query(auditQuery(c))));
+  app.get("/audit", async (c) => c.json(await opts.audit.query(parseQuery(AuditQuery, c))));
 
   // Fenced transactions: writes staged under a lease, visible all together at the commit or never.
   const transactions = () => {
@@ -254,50 +245,6 @@ function jsonBody(c: Context<ApiEnv>): Record<string, unknown> {
     throw invalid("the request body must be a JSON object");
   }
   return parsed as Record<string, unknown>;
-}
-
-/** An audit query from the contract's query parameters (also the console's audit search). */
-export function auditQuery(c: { req: { query(name: string): string | undefined } }): AuditQuery {
-  const q = (name: string) => c.req.query(name) || undefined;
-  const limitRaw = q("limit");
-  let limit = DEFAULT_AUDIT_LIMIT;
-  if (limitRaw !== undefined) {
-    if (!/^\d+$/.test(limitRaw) || Number(limitRaw) < 1 || Number(limitRaw) > MAX_AUDIT_LIMIT) {
-      throw invalid(`limit must be a whole number from 1 to ${MAX_AUDIT_LIMIT}`);
-    }
-    limit = Number(limitRaw);
-  }
-  const decision = q("decision");
-  if (
-    decision !== undefined &&
-    decision !== "accepted" &&
-    decision !== "rejected" &&
-    decision !== "unknown"
-  ) {
-    throw invalid('decision must be "accepted", "rejected" or "unknown"');
-  }
-  return {
-    bucket: q("bucket"),
-    key: q("key"),
-    prefix: q("prefix"),
-    leaseId: q("leaseId"),
-    op: q("op"),
-    transactionId: q("transactionId"),
-    decision: decision as AuditDecision | undefined,
-    since: isoParam("since", q("since")),
-    until: isoParam("until", q("until")),
-    cursor: q("cursor"),
-    limit,
-  };
-}
-
-function isoParam(name: string, value: string | undefined): string | undefined {
-  if (value === undefined) return undefined;
-  const ms = Date.parse(value);
-  if (Number.isNaN(ms) || !/^\d{4}-\d{2}-\d{2}/.test(value)) {
-    throw invalid(`${name} must be an ISO 8601 date-time, e.g. 2026-11-22T12:00:00Z`);
-  }
-  return new Date(ms).toISOString();
 }
 
 function invalid(message: string): DomainError {

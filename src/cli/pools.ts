@@ -1,15 +1,6 @@
-import type { LeaseView } from "../client/types.js";
+import type { Claim } from "../client/types.js";
 import { fromNow, outputMode, printOne, table } from "./output.js";
 import { clientFromEnv, intOption, withApiErrors } from "./shared.js";
-
-type Claim = {
-  pool: string;
-  owner: string;
-  fairShare: number;
-  workers: number;
-  target: number;
-  groups: Array<{ group: number; lease: LeaseView }>;
-};
 
 /** `pools claim POOL --owner W`: POST /_fence/v1/pools/{pool}/claims (also the worker's heartbeat). */
 export async function claim(

@@ -1,4 +1,5 @@
 import type { FenceClient } from "../client/fence-client.js";
+import type { HeldBy as WireHeldBy } from "../client/types.js";
 
 export class CliError extends Error {
   override name = "CliError";
@@ -98,14 +99,7 @@ export function isoOption(name: string, value: string | undefined): string | und
   return new Date(Date.parse(value)).toISOString();
 }
 
-type HeldBy = {
-  leaseId?: string;
-  owner?: string;
-  token?: number;
-  expiresAt?: string;
-  key?: string;
-  prefix?: string;
-};
+type HeldBy = Partial<WireHeldBy>;
 
 /** API errors become a one-line message and a distinct exit code. */
 export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {

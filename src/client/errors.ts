@@ -4,15 +4,10 @@
  * `catch (e) { if (e instanceof LeaseHeldError) ... }`.
  */
 
-export type HeldBy = {
-  leaseId: string;
-  bucket: string;
-  key?: string;
-  prefix?: string;
-  owner: string;
-  token: number;
-  expiresAt: string;
-};
+import type { HeldBy } from "./wire.js";
+
+/** The lease in the way of a LeaseHeld answer (its leaseId only for its holder and administrators). */
+export type { HeldBy };
 
 export type FenceApiErrorInit = {
   status: number;

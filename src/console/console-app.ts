@@ -4,11 +4,12 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Context } from "hono";
 import { Hono } from "hono";
+import { z } from "zod";
 import type { AccessPolicy } from "../access/access-policy.js";
 import { toApiError } from "../api/errors.js";
-import { auditQuery, noteLease } from "../api/lease-api.js";
-import { filterParam } from "../api/lease-input.js";
+import { noteLease } from "../api/lease-api.js";
 import { leaseView } from "../api/lease-view.js";
+import { AuditQuery, filter, ListQuery, parseQuery } from "../api/schemas.js";
 import type { AuditLog, AuditRecord } from "../audit/audit-log.js";
 import { DomainError } from "../core/errors.js";
 import { bucketNameProblem, objectKeyProblem } from "../core/key-rules.js";
@@ -58,6 +59,7 @@ const HEARTBEAT_MS = 10_000;
 const FAILED_SIGN_IN_DELAY_MS = 300;
 /** Per object, the timeline keeps this many of its latest records. */
 const TIMELINE_RECORDS = 500;
+const TimelineQuery = z.object({ bucket: filter("bucket"), key: filter("key") });
 
 const SECURITY_HEADERS: Record<string, string> = {
   "content-security-policy":
@@ -218,9 +220,7 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
   app.get(at("/api/session"), (c) => json(whoami(c.get("session"))));
 
   app.get(at("/api/leases"), async (c) => {
-    const bucket = filterParam("bucket", c.req.query("bucket"));
-    const prefix = filterParam("prefix", c.req.query("prefix"));
-    const leases = await opts.leases.list({ bucket, prefix });
+    const leases = await opts.leases.list(parseQuery(ListQuery, c));
     return json({ leases: leases.map(viewFor(c)), serverTime: new Date(now()).toISOString() });
   });
 
@@ -235,11 +235,10 @@ export function consoleApp(opts: ConsoleOptions): ConsoleApp {
     return json({ ...viewFor(c)(lease), floorToken });
   });
 
-  app.get(at("/api/audit"), async (c) => json(await opts.audit.query(auditQuery(c))));
+  app.get(at("/api/audit"), async (c) => json(await opts.audit.query(parseQuery(AuditQuery, c))));
 
   app.get(at("/api/timeline"), async (c) => {
-    const bucket = filterParam("bucket", c.req.query("bucket"));
-    const key = filterParam("key", c.req.query("key"));
+    const { bucket, key } = parseQuery(TimelineQuery, c);
     if (bucket === undefined || key === undefined) return json(invalid("bucket and key are required"), 400);
     // S3's own rules: what no write could ever have used has no timeline.
     const problem = bucketNameProblem(bucket) ?? objectKeyProblem(key)?.message;

@@ -2,6 +2,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openApiText, WIRE_FILE, wireText } from "../../scripts/generate-openapi.js";
+import { openApiDocument } from "../../scripts/openapi-document.js";
 import { type LeaseApiOptions, leaseApi } from "../../src/api/lease-api.js";
 import { ROOT, startTestGateway, type TestGateway } from "../support/gateway.js";
 import { createResponseChecker, describedOperations, type OpenApiDoc } from "../support/openapi-check.js";
@@ -22,6 +24,19 @@ afterAll(async () => {
 });
 
 describe("the OpenAPI document", () => {
+  // After a change to src/api/schemas.ts or src/api/openapi.ts: npx tsx scripts/generate-openapi.ts
+  it("is generated from the lease API's schemas: the file in the repository is the current one", () => {
+    expect(doc, "src/api/openapi.json is stale: run scripts/generate-openapi.ts").toEqual(openApiDocument());
+    expect(readFileSync(DOC_PATH, "utf8")).toBe(openApiText());
+  });
+
+  it("and the client's types (src/client/wire.ts) are the types of the same schemas", () => {
+    expect(
+      readFileSync(join(ROOT, WIRE_FILE), "utf8"),
+      `${WIRE_FILE} is stale: run scripts/generate-openapi.ts`,
+    ).toBe(wireText());
+  }, 60_000);
+
   it("is served at /_fence/v1/openapi.json without signing, equal to the file in the repository", async () => {
     const res = await fetch(`${gw.url}/_fence/v1/openapi.json`);
     expect(res.status).toBe(200);
