@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # Build stage: compile TypeScript and install the native modules. Node 22 runs better-sqlite3 12
 # (compiled here when no prebuilt binary is found); better-sqlite3-napi (13, prebuilt) is its
-# fallback and what Node 24 would run (src/embedded/sqlite.ts).
+# fallback and what Node 24 would run (src/sqlite/sqlite.ts).
 FROM node:22-bookworm-slim AS build
 RUN apt-get update && apt-get install -y --no-install-recommends python3 make g++ \
  && rm -rf /var/lib/apt/lists/*

@@ -21,7 +21,7 @@ export const SLOW = [
   "test/cli/**",
   "test/client/package.test.ts",
   "test/client/client-package.test.ts",
-  "test/s3/hostile/**",
+  "test/s3-endpoint/hostile/**",
   "test/api/lease-delegates.test.ts",
   "test/console/console-browser.test.ts",
   "test/docs/newcomer.test.ts",

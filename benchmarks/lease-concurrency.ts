@@ -14,9 +14,9 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { createEmbeddedAuditLog } from "../src/audit/embedded/embedded-audit-log.js";
 import { systemClock } from "../src/core/clock.js";
-import { closeEmbeddedDb, openEmbeddedDb } from "../src/embedded/db.js";
 import { createEmbeddedLeaseStore } from "../src/leases/embedded/embedded-lease-store.js";
 import { LeaseService } from "../src/leases/lease-service.js";
+import { closeEmbeddedDb, openEmbeddedDb } from "../src/sqlite/db.js";
 import { alternate, closedLoop } from "./lib/load.js";
 import { type Row, table } from "./lib/report.js";
 

@@ -1,8 +1,8 @@
 import { createHash, randomBytes } from "node:crypto";
 import { createEmbeddedAuditLog } from "../../src/audit/embedded/embedded-audit-log.js";
 import { createFsBackend } from "../../src/backends/fs/index.js";
-import { openEmbeddedDb } from "../../src/embedded/db.js";
 import { createEmbeddedLeaseStore } from "../../src/leases/embedded/embedded-lease-store.js";
+import { openEmbeddedDb } from "../../src/sqlite/db.js";
 
 /**
  * Fills a data directory before a gateway starts on it: state that would take hours to build

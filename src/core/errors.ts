@@ -1,7 +1,7 @@
 /**
  * Domain errors: the one error class below the edge. Every failure a client can be told about
  * is a DomainError with a code from this closed set; the S3 endpoint and the lease API each map
- * the codes to their wire form in one table (src/s3/protocol/errors.ts, src/api/errors.ts), which the
+ * the codes to their wire form in one table (src/s3-endpoint/protocol/errors.ts, src/api/errors.ts), which the
  * type system checks for completeness. Nothing below the edge builds an HTTP response.
  *
  * `details` carries facts a client may use. Keys in PascalCase are extra elements of S3's error

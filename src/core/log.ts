@@ -4,7 +4,7 @@ export type { Logger };
 
 /**
  * What the request log line says about one request besides its method, path, status and
- * duration: filled in by the handler as it learns it (src/s3/handler.ts, src/api/lease-api.ts,
+ * duration: filled in by the handler as it learns it (src/s3-endpoint/handler.ts, src/api/lease-api.ts,
  * src/console/console-app.ts), logged by the gateway
  * once the answer is ready. `token` is the fencing token's number, never the signed string.
  */

@@ -384,7 +384,7 @@ export class WriteFencer {
     const draft = this.draft(ctx, auth, outcome, owner);
     try {
       // Once, refusals too: an append whose answer was lost is tried again by the request's
-      // refusal path (src/s3/handler.ts), and must not leave the decision twice.
+      // refusal path (src/s3-endpoint/handler.ts), and must not leave the decision twice.
       await this.opts.audit.appendOnce(draft, outcomeKey(ctx.requestId, ctx.bucket, ctx.key ?? ""));
     } catch (cause) {
       throw auditUnavailable(cause);

@@ -31,7 +31,7 @@ export function nodeBodyResponse(
 /**
  * A header value as the bytes to send, one latin1 character per byte: stored header text goes out
  * as UTF-8 (Node writes header strings as latin1 once a Buffer follows them). User metadata values
- * are bytes already (one latin1 character per byte received, src/s3/protocol/metadata-encoding.ts)
+ * are bytes already (one latin1 character per byte received, src/s3-endpoint/protocol/metadata-encoding.ts)
  * and go out as they are, as on every other path.
  */
 function wireValue(name: string, value: string): string {

@@ -8,7 +8,7 @@ import { ConfigError } from "../config/load.js";
 import type { Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
-import type { EmbeddedDb } from "../embedded/db.js";
+import type { EmbeddedDb } from "../sqlite/db.js";
 import { createBackendArchiveStore } from "./backend-archive-store.js";
 
 /**

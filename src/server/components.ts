@@ -9,10 +9,10 @@ import { ConfigError } from "../config/load.js";
 import type { BackendSpec, Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
-import { closeEmbeddedDb, type EmbeddedDb, openEmbeddedDb } from "../embedded/db.js";
 import type { LeaseStore } from "../leases/lease-store.js";
 import type { Metrics } from "../metrics/metrics.js";
 import type { CallObserver } from "../metrics/observe.js";
+import { closeEmbeddedDb, type EmbeddedDb, openEmbeddedDb } from "../sqlite/db.js";
 import { openAuditLog } from "./audit-components.js";
 import { openLeaseStore, systemBucketOf } from "./lease-components.js";
 

@@ -35,10 +35,10 @@ import {
 } from "../metrics/endpoint.js";
 import { createMetrics } from "../metrics/metrics.js";
 import { apiOperations } from "../metrics/operations.js";
-import { bucketFromHost } from "../s3/addressing.js";
-import { s3EdgeAnswer } from "../s3/client-errors.js";
-import { type S3Env, s3Handler } from "../s3/handler.js";
-import { completedUploads } from "../s3/operations/completed-uploads.js";
+import { bucketFromHost } from "../s3-endpoint/addressing.js";
+import { s3EdgeAnswer } from "../s3-endpoint/client-errors.js";
+import { type S3Env, s3Handler } from "../s3-endpoint/handler.js";
+import { completedUploads } from "../s3-endpoint/operations/completed-uploads.js";
 import { Transactions } from "../transactions/transactions.js";
 import { openComponents } from "./components.js";
 import { createHealth, type Dependency } from "./health.js";

@@ -4,7 +4,6 @@ import { ConfigError } from "../config/load.js";
 import type { Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
-import type { EmbeddedDb } from "../embedded/db.js";
 import { legacyObjectFloor, withFloors } from "../epochs/epoch-floors.js";
 import { grantsNeedEpochs } from "../epochs/grant-guard.js";
 import { createSystemEpochStore, type SystemEpochStore } from "../epochs/system-epoch-store.js";
@@ -14,6 +13,7 @@ import type { EpochStore } from "../leases/redis/epoch-store.js";
 import { createFileEpochStore } from "../leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore, redactUrl } from "../leases/redis/redis-lease-store.js";
 import { createRedlockLeaseStore } from "../leases/redlock/redlock-lease-store.js";
+import type { EmbeddedDb } from "../sqlite/db.js";
 
 /** How long the start waits for Redis before serving with lease calls answering 503. */
 const START_WAIT_MS = 3_000;

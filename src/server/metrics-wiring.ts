@@ -1,10 +1,10 @@
 import type { AuditLog } from "../audit/audit-log.js";
 import type { StorageBackend } from "../backends/storage-backend.js";
 import type { TxDomain } from "../core/tx.js";
-import { EmbeddedDomain } from "../embedded/domain.js";
 import type { LeaseService } from "../leases/lease-service.js";
 import type { LeaseStore } from "../leases/lease-store.js";
 import type { Metrics } from "../metrics/metrics.js";
+import { EmbeddedDomain } from "../sqlite/domain.js";
 
 /** How long a scrape waits for the Redis ping before it reports Redis as not connected. */
 const REDIS_PING_DEADLINE_MS = 500;

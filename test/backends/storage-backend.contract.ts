@@ -291,7 +291,7 @@ export function describeStorageBackendContract(name: string, factory: BackendFac
 
       it("accepts a 1024-byte key", async () => {
         // Keys are validated once, where requests enter the gateway (src/core/key-rules.ts, and
-        // test/s3/bad-input.test.ts for keys that could escape a root); a backend stores any valid key.
+        // test/s3-endpoint/bad-input.test.ts for keys that could escape a root); a backend stores any valid key.
         const longest = "é".repeat(512);
         await put(longest, "x");
         expect(await content(longest)).toBe("x");

@@ -2,10 +2,10 @@ import { describe, expect, it } from "vitest";
 import { createEmbeddedAuditLog } from "../../src/audit/embedded/embedded-audit-log.js";
 import { createFsBackend } from "../../src/backends/fs/index.js";
 import { fakeClock } from "../../src/core/clock.js";
-import { openEmbeddedDb } from "../../src/embedded/db.js";
 import { makeKeyring, signFencingToken } from "../../src/fence/tokens.js";
 import { WriteFencer } from "../../src/fence/write-fencer.js";
 import { createEmbeddedLeaseStore } from "../../src/leases/embedded/embedded-lease-store.js";
+import { openEmbeddedDb } from "../../src/sqlite/db.js";
 import { verifiedBody } from "../support/bodies.js";
 import { tempDir } from "../support/gateway.js";
 

@@ -4,13 +4,13 @@ import { createEmbeddedAuditLog } from "../../src/audit/embedded/embedded-audit-
 import { createFsBackend, type FsBackend } from "../../src/backends/fs/index.js";
 import type { FencedCommit, VerifiedBody } from "../../src/backends/storage-backend.js";
 import { fakeClock } from "../../src/core/clock.js";
-import { type EmbeddedDb, openEmbeddedDb } from "../../src/embedded/db.js";
 import type { FencingPolicy } from "../../src/fence/decision.js";
 import { makeKeyring, signFencingToken } from "../../src/fence/tokens.js";
 import { WriteFencer } from "../../src/fence/write-fencer.js";
 import { createEmbeddedLeaseStore } from "../../src/leases/embedded/embedded-lease-store.js";
 import { type LeaseInfo, LeaseService } from "../../src/leases/lease-service.js";
 import type { LeaseStore } from "../../src/leases/lease-store.js";
+import { type EmbeddedDb, openEmbeddedDb } from "../../src/sqlite/db.js";
 import { bodyOf, readAll, verifiedBody } from "../support/bodies.js";
 import { tempDir } from "../support/gateway.js";
 
@@ -316,7 +316,7 @@ describe("a refusal's record after a lost audit answer", () => {
     };
     const err = await w.put("A", { token: w.tokenOf(a), requestId: "r" }).catch((e) => e);
     expect(err).toMatchObject({ code: "ServiceUnavailable" });
-    // What src/s3/handler.ts does with a refusal the fencer could not record.
+    // What src/s3-endpoint/handler.ts does with a refusal the fencer could not record.
     await w.fencer.recordRefusal(
       {
         op: "PutObject",

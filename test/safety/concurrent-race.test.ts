@@ -8,8 +8,8 @@
 import { CreateBucketCommand, GetObjectCommand, PutObjectCommand, type S3Client } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { type Lease, LeaseApiError } from "../../src/client/lease-client.js";
-import { EmbeddedDomain } from "../../src/embedded/db.js";
-import { Database } from "../../src/embedded/sqlite.js";
+import { EmbeddedDomain } from "../../src/sqlite/db.js";
+import { Database } from "../../src/sqlite/sqlite.js";
 import { md5Hex } from "../support/digest.js";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
 import { allAuditRecords, outcomeOfError, quietLogger } from "../support/safety-helpers.js";

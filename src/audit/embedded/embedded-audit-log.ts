@@ -1,7 +1,7 @@
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
-import { closeEmbeddedDb, type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
-import { Database } from "../../embedded/sqlite.js";
+import { closeEmbeddedDb, type EmbeddedDb, embeddedDomain } from "../../sqlite/db.js";
+import { Database } from "../../sqlite/sqlite.js";
 import { decodeCursor, encodeCursor } from "../audit-cursor.js";
 import {
   type AuditDraft,
@@ -17,7 +17,7 @@ import { migrateAuditTables } from "./schema.js";
 
 export type EmbeddedAuditLogOptions = {
   /**
-   * The shared state database (src/embedded/db.ts); not closed by the log. Default: a database
+   * The shared state database (src/sqlite/db.ts); not closed by the log. Default: a database
    * of the log's own in memory (nothing survives the process), closed with the log.
    */
   db?: EmbeddedDb;

@@ -1,5 +1,5 @@
 import { prefixUpperBound } from "../../core/prefix-range.js";
-import type { EmbeddedDb } from "../../embedded/db.js";
+import type { EmbeddedDb } from "../../sqlite/db.js";
 
 /**
  * How an audit query reads audit_records (schema.ts has the indexes). Every answer is a page of

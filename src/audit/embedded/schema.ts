@@ -1,4 +1,4 @@
-import type { EmbeddedDb } from "../../embedded/db.js";
+import type { EmbeddedDb } from "../../sqlite/db.js";
 
 /**
  * The embedded audit log's tables. `seq` (AUTOINCREMENT, so never reused even after deletes) is

@@ -4,8 +4,8 @@ import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName } from "../../core/key-rules.js";
 import { memoryBody } from "../../core/memory-body.js";
-import { type EmbeddedDb, type EmbeddedDomain, embeddedDomain } from "../../embedded/db.js";
 import { runCommit } from "../../fence/commit-driver.js";
+import { type EmbeddedDb, type EmbeddedDomain, embeddedDomain } from "../../sqlite/db.js";
 import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
 import type {

@@ -1,6 +1,6 @@
 import { DomainError } from "../../core/errors.js";
-import type { EmbeddedDb } from "../../embedded/db.js";
 import type { FenceState, NextState } from "../../fence/commit-port.js";
+import type { EmbeddedDb } from "../../sqlite/db.js";
 import type { SeekFrom } from "../list-helper.js";
 import type { Checksums, ObjectMetadata, WriteState } from "../storage-backend.js";
 

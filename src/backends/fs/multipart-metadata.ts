@@ -1,5 +1,5 @@
 import { DomainError } from "../../core/errors.js";
-import type { EmbeddedDb } from "../../embedded/db.js";
+import type { EmbeddedDb } from "../../sqlite/db.js";
 import type { SeekFrom } from "../list-helper.js";
 import type { CreateUploadInput, MultipartUpload, ObjectMetadata, UploadRef } from "../storage-backend.js";
 

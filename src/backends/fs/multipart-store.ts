@@ -2,8 +2,8 @@ import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
-import type { EmbeddedDomain } from "../../embedded/db.js";
 import { runCommit } from "../../fence/commit-driver.js";
+import type { EmbeddedDomain } from "../../sqlite/db.js";
 import { listSorted } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import type {

@@ -1,6 +1,6 @@
 import type { Clock } from "../../core/clock.js";
-import type { EmbeddedDomain } from "../../embedded/db.js";
 import type { FenceState, NextState, ObjectRef, StepPort, StepResult } from "../../fence/commit-port.js";
+import type { EmbeddedDomain } from "../../sqlite/db.js";
 import type { BlobStore } from "./blob-store.js";
 import type { FsMetadataStore, FsVersion } from "./metadata-store.js";
 

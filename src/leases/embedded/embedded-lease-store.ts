@@ -2,8 +2,8 @@ import { randomBytes } from "node:crypto";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { prefixUpperBound } from "../../core/prefix-range.js";
-import { closeEmbeddedDb, type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
-import { Database } from "../../embedded/sqlite.js";
+import { closeEmbeddedDb, type EmbeddedDb, embeddedDomain } from "../../sqlite/db.js";
+import { Database } from "../../sqlite/sqlite.js";
 import { judgeIntent, leaseNotFound, lostByRelease, newLeaseId, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
@@ -26,7 +26,7 @@ import { migrateLeaseTables } from "./schema.js";
 
 export type EmbeddedLeaseStoreOptions = {
   /**
-   * The shared state database (src/embedded/db.ts); not closed by the store. Default: a database
+   * The shared state database (src/sqlite/db.ts); not closed by the store. Default: a database
    * of the store's own in memory (nothing survives the process), closed with the store.
    */
   db?: EmbeddedDb;

@@ -1,5 +1,5 @@
 import { prefixUpperBound } from "../../core/prefix-range.js";
-import type { EmbeddedDb } from "../../embedded/db.js";
+import type { EmbeddedDb } from "../../sqlite/db.js";
 import type { LeaseResource } from "../lease-store.js";
 import { ACTIVE_SQL, LAPSED_SQL, LEASE_COLUMNS, type LeaseRow } from "./rows.js";
 

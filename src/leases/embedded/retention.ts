@@ -1,4 +1,4 @@
-import type { EmbeddedDb } from "../../embedded/db.js";
+import type { EmbeddedDb } from "../../sqlite/db.js";
 import { resourceOf } from "../lease-rules.js";
 import type { LeaseResource } from "../lease-store.js";
 import type { OverlapFilter } from "./overlap-queries.js";

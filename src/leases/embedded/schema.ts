@@ -1,4 +1,4 @@
-import type { EmbeddedDb } from "../../embedded/db.js";
+import type { EmbeddedDb } from "../../sqlite/db.js";
 
 /**
  * Tables of the embedded lease store. The db handle is shared with the storage backend and the

@@ -5,7 +5,7 @@ import {
   type EmbeddedAuditLog,
 } from "../../../src/audit/embedded/embedded-audit-log.js";
 import { fakeClock } from "../../../src/core/clock.js";
-import { type EmbeddedDb, openEmbeddedDb } from "../../../src/embedded/db.js";
+import { type EmbeddedDb, openEmbeddedDb } from "../../../src/sqlite/db.js";
 import { tempDir } from "../../support/temp.js";
 import { draft } from "../audit-log.contract.js";
 

@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { AuditLog } from "../../../src/audit/audit-log.js";
 import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-audit-log.js";
 import { fakeClock } from "../../../src/core/clock.js";
-import { type EmbeddedDb, openEmbeddedDb } from "../../../src/embedded/db.js";
+import { type EmbeddedDb, openEmbeddedDb } from "../../../src/sqlite/db.js";
 import { describeAuditLogContract, draft } from "../audit-log.contract.js";
 
 describeAuditLogContract("embedded (SQLite)", async (clock) => {

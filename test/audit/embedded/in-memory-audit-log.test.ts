@@ -4,8 +4,8 @@ import {
   type EmbeddedAuditLog,
 } from "../../../src/audit/embedded/embedded-audit-log.js";
 import { fakeClock } from "../../../src/core/clock.js";
-import { type EmbeddedDomain, embeddedDomain } from "../../../src/embedded/db.js";
-import { Database } from "../../../src/embedded/sqlite.js";
+import { type EmbeddedDomain, embeddedDomain } from "../../../src/sqlite/db.js";
+import { Database } from "../../../src/sqlite/sqlite.js";
 import { describeAuditLogContract, draft } from "../audit-log.contract.js";
 
 /**

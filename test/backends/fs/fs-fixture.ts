@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createFsBackend, type FsBackend, type FsBackendOptions } from "../../../src/backends/fs/index.js";
 import type { fakeClock } from "../../../src/core/clock.js";
-import { type EmbeddedDb, openEmbeddedDb } from "../../../src/embedded/db.js";
+import { type EmbeddedDb, openEmbeddedDb } from "../../../src/sqlite/db.js";
 import type { MultipartFixture } from "../multipart.contract.js";
 
 export type FsFixtureOptions = Omit<FsBackendOptions, "dataDir" | "db" | "clock"> & {

@@ -5,8 +5,8 @@ import { Readable } from "node:stream";
 import { afterEach, describe, expect, it } from "vitest";
 import { DirSyncer } from "../../../src/backends/fs/dir-sync.js";
 import { createFsBackend, type FsBackend, INLINE_MAX_BYTES } from "../../../src/backends/fs/index.js";
-import { type EmbeddedDb, openEmbeddedDb } from "../../../src/embedded/db.js";
 import { fencedCommit } from "../../../src/fence/commit.js";
+import { type EmbeddedDb, openEmbeddedDb } from "../../../src/sqlite/db.js";
 import { md5Etag, metadataOf, readAll, verifiedBody } from "../../support/bodies.js";
 import { type FsFixture, fsFixture } from "./fs-fixture.js";
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { DomainError } from "../../../src/core/errors.js";
 import { authenticateRequest, type SigV4Request } from "../../../src/http/sigv4/sigv4.js";
-import { toS3Error } from "../../../src/s3/protocol/errors.js";
+import { toS3Error } from "../../../src/s3-endpoint/protocol/errors.js";
 import { awsEncode, objectPath as keyPath, sigV4Signer } from "../../support/signed-http.js";
 
 const AKID = "AKIDEXAMPLE";

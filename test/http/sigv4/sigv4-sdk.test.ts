@@ -13,8 +13,8 @@ import {
 } from "@aws-sdk/client-s3";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { authenticateRequest } from "../../../src/http/sigv4/sigv4.js";
-import type { BodyDigestResult } from "../../../src/s3/body/body-digest.js";
-import { decodeRequestBody } from "../../../src/s3/body/decode-request-body.js";
+import type { BodyDigestResult } from "../../../src/s3-endpoint/body/body-digest.js";
+import { decodeRequestBody } from "../../../src/s3-endpoint/body/decode-request-body.js";
 
 /**
  * The real @aws-sdk/client-s3 against a tiny server that runs the gateway's authentication

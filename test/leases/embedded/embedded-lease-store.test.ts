@@ -5,12 +5,12 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
-import { type EmbeddedDb, openEmbeddedDb } from "../../../src/embedded/db.js";
 import {
   createEmbeddedLeaseStore,
   type EmbeddedLeaseStore,
 } from "../../../src/leases/embedded/embedded-lease-store.js";
 import type { LeaseRecord } from "../../../src/leases/lease-store.js";
+import { type EmbeddedDb, openEmbeddedDb } from "../../../src/sqlite/db.js";
 import { describeLeaseServiceContract } from "../lease-service.contract.js";
 import { describeLeaseStoreContract, type FakeClock } from "../lease-store.contract.js";
 

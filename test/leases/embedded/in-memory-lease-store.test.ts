@@ -1,13 +1,13 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-audit-log.js";
 import { fakeClock } from "../../../src/core/clock.js";
-import { type EmbeddedDomain, embeddedDomain } from "../../../src/embedded/db.js";
-import { Database } from "../../../src/embedded/sqlite.js";
 import {
   createEmbeddedLeaseStore,
   type EmbeddedLeaseStore,
 } from "../../../src/leases/embedded/embedded-lease-store.js";
 import type { LeaseRecord, LeaseResource } from "../../../src/leases/lease-store.js";
+import { type EmbeddedDomain, embeddedDomain } from "../../../src/sqlite/db.js";
+import { Database } from "../../../src/sqlite/sqlite.js";
 import { describeLeaseServiceContract } from "../lease-service.contract.js";
 import { describeLeaseStoreContract, expectDomainError, type FakeClock } from "../lease-store.contract.js";
 

@@ -1,11 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
-import { type EmbeddedDb, openEmbeddedDb } from "../../../src/embedded/db.js";
 import {
   createEmbeddedLeaseStore,
   type EmbeddedLeaseStore,
 } from "../../../src/leases/embedded/embedded-lease-store.js";
 import type { LeaseRecord, LeaseResource } from "../../../src/leases/lease-store.js";
+import { type EmbeddedDb, openEmbeddedDb } from "../../../src/sqlite/db.js";
 import { tempDir } from "../../support/temp.js";
 
 /**

@@ -3,7 +3,7 @@ import {
   decodeMetadataValue,
   encodeMetadataValue,
   metadataValueBytes,
-} from "../../src/s3/protocol/metadata-encoding.js";
+} from "../../src/s3-endpoint/protocol/metadata-encoding.js";
 
 const asReceived = (text: string) => Buffer.from(text, "utf8").toString("latin1");
 

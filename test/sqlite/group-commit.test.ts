@@ -2,12 +2,12 @@ import { spawn } from "node:child_process";
 import { fstatSync, readFileSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { type EmbeddedDb, EmbeddedDomain, openEmbeddedDb } from "../../src/embedded/db.js";
+import { type EmbeddedDb, EmbeddedDomain, openEmbeddedDb } from "../../src/sqlite/db.js";
 import { trackChild } from "../support/processes.js";
 import { tempDir } from "../support/temp.js";
 
 /**
- * Group commit (src/embedded/domain.ts): steps queued in one event-loop turn share one
+ * Group commit (src/sqlite/domain.ts): steps queued in one event-loop turn share one
  * transaction, each in its own savepoint, and nobody is answered before the COMMIT.
  */
 describe("EmbeddedDomain group commit", () => {

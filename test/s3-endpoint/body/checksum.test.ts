@@ -4,14 +4,14 @@ import { crc32 } from "node:zlib";
 import { describe, expect, it } from "vitest";
 import { DomainError } from "../../../src/core/errors.js";
 import type { RequestHeaders } from "../../../src/http/sigv4/request-headers.js";
-import { createHasher } from "../../../src/s3/body/checksum-algorithms.js";
-import { crc32c } from "../../../src/s3/body/crc32c.js";
-import { Crc64Nvme, crc64nvme } from "../../../src/s3/body/crc64nvme.js";
+import { createHasher } from "../../../src/s3-endpoint/body/checksum-algorithms.js";
+import { crc32c } from "../../../src/s3-endpoint/body/crc32c.js";
+import { Crc64Nvme, crc64nvme } from "../../../src/s3-endpoint/body/crc64nvme.js";
 import {
   type DecodeRequestBodyOptions,
   decodeRequestBody,
-} from "../../../src/s3/body/decode-request-body.js";
-import { toS3Error } from "../../../src/s3/protocol/errors.js";
+} from "../../../src/s3-endpoint/body/decode-request-body.js";
+import { toS3Error } from "../../../src/s3-endpoint/protocol/errors.js";
 import { digest, sha256Hex } from "../../support/digest.js";
 
 /** Bit-at-a-time reflected CRC, the textbook definition the table-driven code must agree with. */

@@ -4,7 +4,7 @@
 # (the suite cannot carry tokens), and prints a summary: PASS / FAIL / NA per test.
 #
 #   apt-get install golang-go golang-github-minio-minio-go-v7-dev
-#   bash test/s3/conformance/minio-go.sh [report.jsonl]
+#   bash test/s3-endpoint/conformance/minio-go.sh [report.jsonl]
 #
 # Not part of npm test: it takes minutes and needs the Go toolchain.
 set -euo pipefail

@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { DomainError } from "../../../src/core/errors.js";
 import type { RequestHeaders } from "../../../src/http/sigv4/request-headers.js";
 import { authenticateRequest, type SigV4Request } from "../../../src/http/sigv4/sigv4.js";
-import { type BodyAuth, decodeRequestBody } from "../../../src/s3/body/decode-request-body.js";
+import { type BodyAuth, decodeRequestBody } from "../../../src/s3-endpoint/body/decode-request-body.js";
 import {
   type ChunkSigner,
   signedChunkedBody,

@@ -2,7 +2,7 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
-import { SQLITE_DRIVER, sqliteDriverAdvice, sqliteDriverCandidates } from "../../src/embedded/sqlite.js";
+import { SQLITE_DRIVER, sqliteDriverAdvice, sqliteDriverCandidates } from "../../src/sqlite/sqlite.js";
 import { ROOT } from "../support/gateway.js";
 
 /**
@@ -49,7 +49,7 @@ describe("the embedded database driver", () => {
     // Statements prepared and dropped on timers, as a gateway's queries are: the collector
     // finalizes them from its own tasks, which is where the wrong build aborts.
     const script = `
-      const { Database } = await import(${JSON.stringify(pathToFileURL(join(ROOT, "src/embedded/sqlite.ts")).href)});
+      const { Database } = await import(${JSON.stringify(pathToFileURL(join(ROOT, "src/sqlite/sqlite.ts")).href)});
       const db = new Database(":memory:");
       db.exec("CREATE TABLE t (a INTEGER)");
       let n = 0;

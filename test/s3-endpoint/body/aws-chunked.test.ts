@@ -5,8 +5,8 @@ import type { RequestHeaders } from "../../../src/http/sigv4/request-headers.js"
 import {
   type DecodeRequestBodyOptions,
   decodeRequestBody,
-} from "../../../src/s3/body/decode-request-body.js";
-import { toS3Error } from "../../../src/s3/protocol/errors.js";
+} from "../../../src/s3-endpoint/body/decode-request-body.js";
+import { toS3Error } from "../../../src/s3-endpoint/protocol/errors.js";
 
 /** The exact body @aws-sdk/client-s3 sends for a stream upload of "hello world" (field notes). */
 const FIELD_BODY = "6\r\nhello \r\n5\r\nworld\r\n0\r\nx-amz-checksum-crc32:DUoRhQ==\r\n\r\n";

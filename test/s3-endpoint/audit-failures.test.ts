@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { Database } from "../../src/embedded/sqlite.js";
+import { Database } from "../../src/sqlite/sqlite.js";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
 import { expectS3Error, objectPath, type RawResponse, signedRequest } from "../support/signed-http.js";
 

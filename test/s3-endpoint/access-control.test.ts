@@ -1,7 +1,7 @@
 import { XMLParser } from "fast-xml-parser";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { S3Request } from "../../src/s3/protocol/context.js";
-import { ROUTES } from "../../src/s3/routes.js";
+import type { S3Request } from "../../src/s3-endpoint/protocol/context.js";
+import { ROUTES } from "../../src/s3-endpoint/routes.js";
 import {
   objectPath,
   presign,

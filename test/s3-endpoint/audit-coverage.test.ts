@@ -4,11 +4,11 @@ import type { AuditDraft } from "../../src/audit/audit-log.js";
 import { createEmbeddedAuditLog } from "../../src/audit/embedded/embedded-audit-log.js";
 import { createFsBackend } from "../../src/backends/fs/index.js";
 import { fakeClock } from "../../src/core/clock.js";
-import { openEmbeddedDb } from "../../src/embedded/db.js";
 import { makeKeyring, signFencingToken } from "../../src/fence/tokens.js";
 import { WriteFencer } from "../../src/fence/write-fencer.js";
 import { createEmbeddedLeaseStore } from "../../src/leases/embedded/embedded-lease-store.js";
 import { LeaseService } from "../../src/leases/lease-service.js";
+import { openEmbeddedDb } from "../../src/sqlite/db.js";
 import { verifiedBody } from "../support/bodies.js";
 import { startTestGateway, type TestGateway, tempDir } from "../support/gateway.js";
 
