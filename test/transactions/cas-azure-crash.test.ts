@@ -123,6 +123,27 @@ describe("transactions on the Azure backend across crashes", () => {
     expect(await getBody(other, bucket, "b/3")).toBe("v-b/3");
   }, 60_000);
 
+  it("the collector never removes the staged bytes of a committed transaction before they are rolled forward", async () => {
+    const { tx } = await committedByTheDead("k/", ["k/1", "k/2"]);
+    const staged = ((await state("k/1"))?.p as { b: string }).b;
+    const collector = createAzureBackend({
+      connectionString: world.azurite.connectionString,
+      multipartSweepIntervalMs: 0,
+    });
+    try {
+      expect(await blobExists(world.direct, bucket, staged)).toBe(true);
+      await collector.collectStaging({ graceMs: 0, buckets: [bucket] });
+      // Rolled forward first (the bytes copied onto the objects' blobs), then removed.
+      expect(await blobExists(world.direct, bucket, staged)).toBe(false);
+      expect((await state("k/1"))?.p).toBeUndefined();
+      expect(await getBody(other, bucket, "k/1")).toBe("v-k/1");
+      expect(await getBody(other, bucket, "k/2")).toBe("v-k/2");
+      expect((await api(other, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("committed");
+    } finally {
+      await collector.close();
+    }
+  }, 60_000);
+
   it("a roll-forward that lost its race never lands over the next writer's version", async () => {
     const { lease } = await committedByTheDead("r/", ["r/1"]);
     // The next holder's gateway cannot remove staging blobs: the staged bytes stay after its roll-forward.
