@@ -285,6 +285,49 @@ describe("transactions on the Azure backend", () => {
     }
   }, 60_000);
 
+  it("refuses the commit of a transaction staged in a bucket deleted since", async () => {
+    await makeBucket(a, "tx-azure-gone");
+    const lease = await a.leases.acquire({ bucket: "tx-azure-gone", prefix: "", ttlMs: 30_000 });
+    const tx = await openTransaction(a, lease.leaseId);
+    expect((await putIn(a, lease, tx.transactionId, "tx-azure-gone", "k", "staged")).status).toBe(200);
+    const deleted = await signedRequest(b.url, { method: "DELETE", path: "/tx-azure-gone" });
+    expect(deleted.status, deleted.text).toBe(204);
+    const commit = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status, commit.text).toBe(404);
+    expect(commit.text).toContain("NoSuchBucket");
+    expect((await api(b, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
+    await makeBucket(a, "tx-azure-gone");
+    expect(await getBody(a, "tx-azure-gone", "k")).toBeNull();
+    await a.leases.release(lease.leaseId);
+  }, 30_000);
+
+  it("loses the commit point of a commit paused after its intents once a newer grant fences its keys", async () => {
+    const proxy = await startHttpFaultProxy(`http://127.0.0.1:${world.azurite.port}`);
+    const c = await world.replica(Number(new URL(proxy.url).port));
+    try {
+      const lease = await c.leases.acquire({ bucket, prefix: "p/", ttlMs: 1_000 });
+      const tx = await openTransaction(c, lease.leaseId);
+      expect((await putIn(c, lease, tx.transactionId, bucket, "p/1", "old-1")).status).toBe(200);
+      expect((await putIn(c, lease, tx.transactionId, bucket, "p/2", "old-2")).status).toBe(200);
+      const point = proxy.on({ method: "PUT", path: /\/\.fencegate\/t\// }, { kind: "hold" });
+      const commit = api(c, "POST", `/transactions/${tx.transactionId}/commit`);
+      await point.reached;
+      await sleep(1_100);
+      // The newer grant raises the HCT of the keys with intents of the ended lease: that aborts it.
+      const next = await a.leases.acquire({ bucket, prefix: "p/", ttlMs: 30_000, waitMs: 10_000 });
+      point.release();
+      const answer = await commit;
+      expect(answer.status, answer.text).toBe(409);
+      expect((await api(a, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
+      expect(await getBody(a, bucket, "p/1")).toBeNull();
+      expect(await getBody(b, bucket, "p/2")).toBeNull();
+      expect((await putIn(a, next, null, bucket, "p/2", "new-2")).status).toBe(200);
+      await a.leases.release(next.leaseId);
+    } finally {
+      await proxy.close();
+    }
+  }, 60_000);
+
   it("keeps the visibility rule under concurrent readers, stale writers and single writes", async () => {
     await makeBucket(a, "tx-azure-visible");
     const history = await runHistory({
