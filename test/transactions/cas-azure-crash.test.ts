@@ -12,6 +12,7 @@ import {
   type TestGateway,
   tempDir,
 } from "../support/gateway.js";
+import { objectPath, signedRequest } from "../support/signed-http.js";
 import { requireTools } from "../support/tools.js";
 import { waitFor } from "../support/wait.js";
 import { type AzureCasWorld, blobExists, blobState, startAzureCasWorld } from "./cas-azure-support.js";
@@ -110,6 +111,17 @@ describe("transactions on the Azure backend across crashes", () => {
     const { tx } = await committedByTheDead("b/", keys);
     // Nothing was rolled forward by the dead gateway: the blobs still hold the pending writes.
     for (const key of keys) expect((await state(key))?.p).toBeDefined();
+    // A range and a HEAD see the committed version too, served from its staging blob.
+    const ranged = await signedRequest(other.url, {
+      method: "GET",
+      path: objectPath(bucket, "b/2"),
+      headers: { range: "bytes=2-4" },
+    });
+    expect(ranged.status, ranged.text).toBe(206);
+    expect(ranged.text).toBe("b/2");
+    const head = await signedRequest(other.url, { method: "HEAD", path: objectPath(bucket, "b/3") });
+    expect(head.status).toBe(200);
+    expect(head.headers["content-length"]).toBe("5");
     for (const key of keys) expect(await getBody(other, bucket, key)).toBe(`v-${key}`);
     expect(await listKeys(other, bucket)).toEqual(expect.arrayContaining(keys));
     const again = await api(other, "POST", `/transactions/${tx.transactionId}/commit`);
