@@ -16,7 +16,7 @@ export type AzureCasWorld = {
   direct: BlobServiceClient;
   overrides(port?: number): Record<string, unknown>;
   yaml(port?: number): string;
-  replica(port?: number): Promise<TestGateway>;
+  replica(port?: number, extra?: Record<string, unknown>): Promise<TestGateway>;
   stop(): Promise<void>;
 };
 
@@ -59,10 +59,10 @@ export async function startAzureCasWorld(): Promise<AzureCasWorld> {
         "leases: { minTtlMs: 100 }",
         "",
       ].join("\n"),
-    async replica(port) {
+    async replica(port, extra = {}) {
       const gw = await startTestGateway({
         env: { FENCEGATE_TOKEN_SIGNING_KEY: SIGNING_KEY },
-        overrides: overrides(port),
+        overrides: { ...overrides(port), ...extra },
       });
       replicas.push(gw);
       return gw;

@@ -3,6 +3,7 @@ import { createAzureBackend } from "../../src/backends/azure/index.js";
 import { abortTransaction } from "../../src/fence/commit-driver.js";
 import { startHttpFaultProxy } from "../support/fault-proxy.js";
 import type { TestGateway } from "../support/gateway.js";
+import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { requireTools } from "../support/tools.js";
 import { sleep, waitFor } from "../support/wait.js";
@@ -401,5 +402,37 @@ describe("transactions on the Azure backend", () => {
     } finally {
       await proxy.close();
     }
+  }, 60_000);
+
+  it("counts the transactions this gateway opened and ended, and holds it to transactions.maxOpen", async () => {
+    const d = await world.replica(undefined, { transactions: { maxOpen: 1 } });
+    const metric = async (name: string, labels?: Record<string, string>) =>
+      sampleValue(
+        parsePrometheusText(await (await fetch(`${d.url}/_fence/v1/metrics`)).text()),
+        name,
+        labels,
+      ) ?? 0;
+    const lease = await d.leases.acquire({ bucket, prefix: "n/", ttlMs: 30_000 });
+    const first = await openTransaction(d, lease.leaseId);
+    expect(await metric("fencegate_transactions_open")).toBe(1);
+    const refused = await api(d, "POST", `/leases/${lease.leaseId}/transactions`, {});
+    expect(refused.status, refused.text).toBe(503);
+    expect(refused.text).toContain("SlowDown");
+    expect((await putIn(d, lease, first.transactionId, bucket, "n/1", "one")).status).toBe(200);
+    expect((await api(d, "POST", `/transactions/${first.transactionId}/commit`)).status).toBe(200);
+    expect(await metric("fencegate_transactions_open")).toBe(0);
+    expect(await metric("fencegate_transactions_total", { outcome: "committed" })).toBe(1);
+    const second = await openTransaction(d, lease.leaseId);
+    expect((await api(d, "DELETE", `/transactions/${second.transactionId}`)).status).toBe(204);
+    expect(await metric("fencegate_transactions_total", { outcome: "aborted" })).toBe(1);
+    // One ended by another replica is forgotten by the next sweep (each second).
+    const third = await openTransaction(d, lease.leaseId);
+    expect((await api(a, "DELETE", `/transactions/${third.transactionId}`)).status).toBe(204);
+    await waitFor(async () => ((await metric("fencegate_transactions_open")) === 0 ? true : null), {
+      what: "the sweep",
+      timeoutMs: 10_000,
+    });
+    expect((await openTransaction(d, lease.leaseId)).transactionId).toMatch(/^tx-/);
+    await d.leases.release(lease.leaseId);
   }, 60_000);
 });
