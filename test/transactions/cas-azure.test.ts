@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAzureBackend } from "../../src/backends/azure/index.js";
 import { abortTransaction } from "../../src/fence/commit-driver.js";
@@ -253,6 +254,20 @@ describe("transactions on the Azure backend", () => {
     expect(await stagingBlobs(world.direct, bucket)).toEqual([]);
     await a.leases.release(lease.leaseId);
   }, 60_000);
+
+  it("leaves no staging blob behind for a write refused after its body (a wrong Content-MD5)", async () => {
+    const lease = await a.leases.acquire({ bucket, prefix: "w/", ttlMs: 30_000 });
+    const tx = await openTransaction(a, lease.leaseId);
+    const before = await stagingBlobs(world.direct, bucket);
+    const wrong = createHash("md5").update("other").digest("base64");
+    const res = await putIn(a, lease, tx.transactionId, bucket, "w/1", "the body", { "content-md5": wrong });
+    expect(res.status, res.text).toBe(400);
+    expect(res.text).toContain("BadDigest");
+    expect(await stagingBlobs(world.direct, bucket)).toEqual(before);
+    expect(await state("w/1")).toBeNull();
+    expect((await api(a, "DELETE", `/transactions/${tx.transactionId}`)).status).toBe(204);
+    await a.leases.release(lease.leaseId);
+  });
 
   it("keeps the staged bytes of open and committed transactions from the collector, collects aborted ones", async () => {
     const backend = createAzureBackend({

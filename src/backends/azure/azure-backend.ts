@@ -300,15 +300,16 @@ export class AzureBackend implements StorageBackend {
       headers: input.metadata.headers,
       userMetadata: input.metadata.userMetadata,
     };
+    let checksums: PutObjectResult["checksums"];
     try {
       await this.store.assertKey(key);
       await this.writeStaging(bucket, name, key, staged, version, commit.signal);
       await this.store.hook("body-staged", { op: "put", bucket, key });
+      ({ checksums } = await body.digest);
     } catch (e) {
       await this.port.discard({ bucket, key }, version);
       throw e;
     }
-    const { checksums } = await body.digest;
     if (checksums) version.checksums = checksums;
     const done = await runCommit(this.port, { bucket, key }, { op: "put", version }, commit);
     return {
