@@ -255,10 +255,11 @@ describe("transactions on the Azure backend", () => {
     await a.leases.release(lease.leaseId);
   }, 60_000);
 
-  it("leaves no staging blob behind for a write refused after its body (a wrong Content-MD5)", async () => {
+  it("leaves no staging blob behind for a staged write refused by its body's digest or by its ended transaction", async () => {
     const lease = await a.leases.acquire({ bucket, prefix: "w/", ttlMs: 30_000 });
     const tx = await openTransaction(a, lease.leaseId);
     const before = await stagingBlobs(world.direct, bucket);
+    // Refused while the body is read (its Content-MD5 does not match).
     const wrong = createHash("md5").update("other").digest("base64");
     const res = await putIn(a, lease, tx.transactionId, bucket, "w/1", "the body", { "content-md5": wrong });
     expect(res.status, res.text).toBe(400);
@@ -266,6 +267,11 @@ describe("transactions on the Azure backend", () => {
     expect(await stagingBlobs(world.direct, bucket)).toEqual(before);
     expect(await state("w/1")).toBeNull();
     expect((await api(a, "DELETE", `/transactions/${tx.transactionId}`)).status).toBe(204);
+    // Refused once its bytes were staged: the transaction is found ended when the write is staged.
+    const late = await putIn(b, lease, tx.transactionId, bucket, "w/1", "the body");
+    expect(late.status, late.text).toBe(409);
+    expect(late.text).toContain("TransactionAborted");
+    expect(await stagingBlobs(world.direct, bucket)).toEqual(before);
     await a.leases.release(lease.leaseId);
   });
 
