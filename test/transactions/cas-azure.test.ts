@@ -174,6 +174,7 @@ describe("transactions on the Azure backend", () => {
       (await putIn(b, lease, tx.transactionId, bucket, "e/2", "new-2", { "content-type": "text/x-new" }))
         .status,
     ).toBe(200);
+    expect((await putIn(b, lease, tx.transactionId, bucket, "e/3", "")).status).toBe(200);
     expect(await getBody(a, bucket, "e/1")).toBe("old-1");
     expect(await getBody(a, bucket, "e/2")).toBe("old-2");
     const inside = { "x-fence-transaction": tx.transactionId };
@@ -193,13 +194,15 @@ describe("transactions on the Azure backend", () => {
     expect(commit.json.objects).toEqual([
       { key: "e/1", deleted: true },
       { key: "e/2", etag: expect.any(String) },
+      { key: "e/3", etag: '"d41d8cd98f00b204e9800998ecf8427e"' },
     ]);
+    expect(await getBody(b, bucket, "e/3")).toBe("");
     expect(await getBody(b, bucket, "e/1")).toBeNull();
     expect(await getBody(b, bucket, "e/2")).toBe("new-2");
     const after = await signedRequest(b.url, { method: "HEAD", path: objectPath(bucket, "e/2") });
     expect(after.headers["content-type"]).toBe("text/x-new");
     expect(after.headers.etag).toBe((commit.json.objects as { etag?: string }[])[1]!.etag);
-    expect((await listKeys(b, bucket)).filter((k) => k.startsWith("e/"))).toEqual(["e/2"]);
+    expect((await listKeys(b, bucket)).filter((k) => k.startsWith("e/"))).toEqual(["e/2", "e/3"]);
     await a.leases.release(lease.leaseId);
   });
 

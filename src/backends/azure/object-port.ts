@@ -38,6 +38,7 @@ import {
   tombstoneState,
   viewOf,
 } from "./blob-state.js";
+import { stageFromStaging } from "./staging.js";
 import { AzureTransactionRecords } from "./transaction-records.js";
 
 /**
@@ -133,6 +134,13 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
     /** What the new state will look like, remembered once it landed (the next commit's basis). */
     let written: { metadata: Record<string, string>; size: number } | undefined;
     try {
+      // A roll-forward copies the staging blob's bytes as blocks of the object's blob where the
+      // service can (Stage Block From URL: synchronous, any size), then commits them below.
+      const pending = view.state?.p;
+      const blocks =
+        next.kind === "settle" && next.forward && pending?.kind === "put"
+          ? await stageFromStaging(this.store, ref.bucket, pending.b!, pending.size ?? 0, blob)
+          : null;
       answer = await this.store.calls.run(
         `commit ${ref.bucket}/${ref.key}`,
         undefined,
@@ -172,6 +180,11 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
                 ...(next.note !== undefined ? { a: next.note } : {}),
               });
               written = { metadata, size: p.size ?? 0 };
+              if (blocks !== null) {
+                const blobHTTPHeaders = blobHeadersOf(p.headers ?? {}, md5OfEtag(p.etag!));
+                return blob.commitBlockList(blocks, { conditions, metadata, blobHTTPHeaders, abortSignal });
+              }
+              // Where it cannot (Azurite): Copy Blob, which carries the staging blob's properties.
               return this.copyOnto(ref.bucket, p.b!, blob, metadata, conditions, abortSignal);
             }
             if (next.forward && p?.kind === "delete") {
@@ -243,13 +256,14 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
         },
         (e) =>
           isLostRace(e) ||
-          (next.kind === "put" && isInvalidBlockList(e)) ||
+          ((next.kind === "put" || next.kind === "settle") && isInvalidBlockList(e)) ||
           (next.kind === "settle" && isBlobNotFound(e)),
       );
     } catch (e) {
       this.store.remember(ref.bucket, ref.key, null);
-      // The staging blob is gone: another roll-forward landed (and removed it) first.
-      if (next.kind === "settle" && isBlobNotFound(e)) return { outcome: "lost" };
+      // The staging blob is gone: another roll-forward landed (and removed it) first. Or the
+      // blocks copied from it were discarded by another commit of the object: nothing changed.
+      if (next.kind === "settle" && (isBlobNotFound(e) || isInvalidBlockList(e))) return { outcome: "lost" };
       if (next.kind === "put" && isInvalidBlockList(e)) {
         // A concurrent commit of this blob discarded the staged blocks: nothing changed.
         next.version.blocksLost = true;
@@ -580,4 +594,10 @@ function lowerKeys(metadata: Record<string, string> | undefined): Record<string,
 
 function hookOp(op: string): "put" | "delete" | "raise" {
   return op === "delete" ? "delete" : op === "put" ? "put" : "raise";
+}
+
+/** The MD5 an S3 ETag of a single-part write names (a multipart one names none). */
+function md5OfEtag(etag: string): Buffer | undefined {
+  const hex = /^"([0-9a-f]{32})"$/.exec(etag)?.[1];
+  return hex ? Buffer.from(hex, "hex") : undefined;
 }
