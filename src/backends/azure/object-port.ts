@@ -38,7 +38,7 @@ import {
   tombstoneState,
   viewOf,
 } from "./blob-state.js";
-import { stageFromStaging } from "./staging.js";
+import { stageFromStaging } from "./staging-copy.js";
 import { AzureTransactionRecords } from "./transaction-records.js";
 
 /**
