@@ -330,14 +330,14 @@ describe("transactions on the Azure backend", () => {
     const proxy = await startHttpFaultProxy(`http://127.0.0.1:${world.azurite.port}`);
     const c = await world.replica(Number(new URL(proxy.url).port));
     try {
-      const lease = await c.leases.acquire({ bucket, prefix: "p/", ttlMs: 1_000 });
+      const lease = await c.leases.acquire({ bucket, prefix: "p/", ttlMs: 2_000 });
       const tx = await openTransaction(c, lease.leaseId);
       expect((await putIn(c, lease, tx.transactionId, bucket, "p/1", "old-1")).status).toBe(200);
       expect((await putIn(c, lease, tx.transactionId, bucket, "p/2", "old-2")).status).toBe(200);
       const point = proxy.on({ method: "PUT", path: /\/\.fencegate\/t\// }, { kind: "hold" });
       const commit = api(c, "POST", `/transactions/${tx.transactionId}/commit`);
       await point.reached;
-      await sleep(1_100);
+      await sleep(2_100);
       // The newer grant raises the HCT of the keys with intents of the ended lease: that aborts it.
       const next = await a.leases.acquire({ bucket, prefix: "p/", ttlMs: 30_000, waitMs: 10_000 });
       point.release();
@@ -364,6 +364,9 @@ describe("transactions on the Azure backend", () => {
       writers: 3,
       readers: 3,
       ttlMs: 1_000,
+      // On a busy machine fewer commits happen in the same time: go on (up to 40 s) until these.
+      minCommitted: 3,
+      minRefused: 1,
     });
     expect(history.commits.filter((c) => c.outcome === "committed").length).toBeGreaterThanOrEqual(3);
     expect(history.commits.filter((c) => c.outcome === "refused").length).toBeGreaterThanOrEqual(1);
