@@ -9,6 +9,7 @@ import type { TransactionLog, TxEntry, TxRead, TxRecord } from "../fence/commit-
 import { judgeLease, leaseState, resourceOf } from "../leases/lease-rules.js";
 import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { CommitIntent, LeaseRecord, LeaseStore } from "../leases/lease-store.js";
+import type { TransactionOutcome } from "../metrics/observe.js";
 import type { CommitAnswer, TransactionObject, TransactionView } from "./views.js";
 
 /**
@@ -45,6 +46,8 @@ export type CasTransactionsOptions = {
   afterCommitPoint?: (id: string) => Promise<void>;
   maxObjects: number;
   log?: Logger;
+  /** Told how each transaction this gateway ended, ended (metrics). */
+  observe?: (outcome: TransactionOutcome) => void;
 };
 
 const CAS_ID = /^tx-[0-9a-f]{32}-(.+)$/;
@@ -71,6 +74,11 @@ type JoinLine = {
 
 export class CasTransactions {
   private readonly joining = new Map<string, JoinLine>();
+  /**
+   * The transactions opened on this gateway that it has not seen end (its own commit or abort,
+   * or a read of the record that found it ended, by any replica): the gateway's open count.
+   */
+  private readonly opened = new Set<string>();
 
   constructor(private readonly opts: CasTransactionsOptions) {}
 
@@ -93,7 +101,24 @@ export class CasTransactions {
       nonce: nonce(),
     };
     if (!(await log.create(record))) throw new Error(`transaction ${record.id} exists already`);
+    this.opened.add(record.id);
     return view(record, lease);
+  }
+
+  /** Transactions opened on this gateway and not seen to end (metrics, `transactions.maxOpen`). */
+  openCount(): number {
+    return this.opened.size;
+  }
+
+  /** Forgets the opened transactions whose record says ended (the gateway's periodic sweep). */
+  async sweep(): Promise<void> {
+    for (const id of [...this.opened]) {
+      const bucket = casBucketOf(id);
+      const log = bucket === null ? undefined : this.opts.logOf(bucket);
+      const got = log ? await log.read(id).catch(() => undefined) : null;
+      if (got === undefined) continue; // the store did not answer: the next sweep asks again
+      if (got === null || got.record.state !== "open") this.opened.delete(id);
+    }
   }
 
   async describe(id: string, caller: Caller): Promise<TransactionView> {
@@ -323,6 +348,7 @@ export class CasTransactions {
         // Neither committed nor refused: the intents stay (a newer grant fences the keys through
         // them, which aborts the transaction unless it committed), the record says later.
         unknown = true;
+        this.opts.observe?.("unknown");
         if (isDomainError(err) && err.details.outcome === "unknown") throw err;
         throw new DomainError(
           "ServiceUnavailable",
@@ -344,6 +370,8 @@ export class CasTransactions {
       if (!unknown)
         for (const intent of intents.values()) await store.endCommit(intent.intentId).catch(() => undefined);
     }
+    this.opened.delete(id);
+    this.opts.observe?.("committed");
     await this.opts.afterCommitPoint?.(id);
     await this.settleAll(log, committed.keys);
     await this.opts.audit
@@ -371,7 +399,9 @@ export class CasTransactions {
     decision: "accepted" | "rejected" = "accepted",
   ): Promise<void> {
     const state = await abortTransaction(log, record.id, reason);
+    this.opened.delete(record.id);
     if (state === "committed") throw committedError(record.id);
+    this.opts.observe?.(decision === "rejected" ? "refused" : "aborted");
     const now = (await log.read(record.id))?.record ?? record;
     await this.settleAll(log, now.keys);
     await this.opts.audit
@@ -423,6 +453,7 @@ export class CasTransactions {
     if (!log) throw notFound(id);
     const read = await log.read(id);
     if (!read) throw notFound(id);
+    if (read.record.state !== "open") this.opened.delete(id);
     const lease = await this.opts.store.get(read.record.leaseId);
     // A lease gone from the store: its transaction can still be read, aborted or committed (refused).
     if (lease && !this.opts.leases.actsFor(lease, caller)) {

@@ -128,6 +128,7 @@ export class Transactions {
       ...(opts.afterCommitPoint ? { afterCommitPoint: opts.afterCommitPoint } : {}),
       maxObjects: this.limits.maxObjects,
       ...(opts.log ? { log: opts.log } : {}),
+      ...(opts.observe ? { observe: opts.observe } : {}),
     });
   }
 
@@ -144,7 +145,11 @@ export class Transactions {
       });
     }
     const domain = this.opts.domainOf(lease.bucket);
-    if (!domain && this.cas.handles(lease.bucket)) return this.cas.begin(lease, newTransactionId());
+    if (!domain && this.cas.handles(lease.bucket)) {
+      this.forgetEnded();
+      if (this.countOpen() >= this.limits.maxOpen) throw tooManyOpen();
+      return this.cas.begin(lease, newTransactionId());
+    }
     if (!domain) {
       throw new DomainError(
         "NotImplemented",
@@ -152,12 +157,7 @@ export class Transactions {
       );
     }
     this.forgetEnded();
-    if (this.countOpen() >= this.limits.maxOpen) {
-      throw new DomainError(
-        "SlowDown",
-        "too many transactions are open on this gateway; commit or abort some",
-      );
-    }
+    if (this.countOpen() >= this.limits.maxOpen) throw tooManyOpen();
     const tx: Transaction = {
       id: newTransactionId(),
       lease,
@@ -286,6 +286,7 @@ export class Transactions {
   /** Aborts the open transactions whose lease has ended (the gateway's periodic sweep). */
   async sweep(): Promise<void> {
     this.forgetEnded();
+    await this.cas.sweep().catch(() => undefined);
     for (const tx of [...this.open.values()]) {
       if (tx.state === "open") await this.abortIfLeaseEnded(tx).catch(() => undefined);
     }
@@ -499,8 +500,9 @@ export class Transactions {
     };
   }
 
+  /** Open on this gateway: its own (embedded) and those it opened in a store (compare-and-swap). */
   private countOpen(): number {
-    let n = 0;
+    let n = this.cas.openCount();
     for (const tx of this.open.values()) if (tx.state === "open" || tx.state === "committing") n++;
     return n;
   }
@@ -560,3 +562,6 @@ function aborted(tx: Transaction): DomainError {
 function newTransactionId(): string {
   return `tx-${Date.now().toString(16).padStart(12, "0")}${randomBytes(10).toString("hex")}`;
 }
+
+const tooManyOpen = () =>
+  new DomainError("SlowDown", "too many transactions are open on this gateway; commit or abort some");

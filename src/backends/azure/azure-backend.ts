@@ -70,7 +70,8 @@
  */
 import { DomainError } from "../../core/errors.js";
 import { deleteBucketSafely, noWritesInFlight } from "../../fence/bucket-deletion.js";
-import { runCommit } from "../../fence/commit-driver.js";
+import { runCommit, transactionOutcome } from "../../fence/commit-driver.js";
+import type { TransactionLog } from "../../fence/commit-port.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
@@ -91,15 +92,16 @@ import type {
   WriteState,
 } from "../storage-backend.js";
 import { AzureBuckets } from "./azure-buckets.js";
-import { azureCode, azureStatus } from "./azure-errors.js";
+import { azureCode, azureStatus, isBlobNotFound } from "./azure-errors.js";
 import { AzureMultipartStore } from "./azure-multipart.js";
 import { type AzureBackendOptions, createClient, resolveOptions } from "./azure-options.js";
 import { AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
 import { listObjectPage } from "./blob-listing.js";
-import { type BlobView, viewOf } from "./blob-state.js";
+import { type BlobView, blobHeadersOf, type StoredPending, viewOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
 import { type AzureCapabilityReport, verifyAzureConditionalWrites } from "./capability.js";
-import { AzureObjectPort, type AzureVersion, observed } from "./object-port.js";
+import { AzureObjectPort, type AzureVersion, observed, pendingOf } from "./object-port.js";
+import { collectStaging, STAGED_KEY, stagingName } from "./staging.js";
 import { azureSystemRecords } from "./system-records.js";
 
 export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
@@ -108,6 +110,12 @@ export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
 
 /** A signal for work no client waits on (HCT raises by the fencing core): only the deadline applies. */
 const NEVER = new AbortController().signal;
+
+/** Staging blobs younger than this are left alone by the sweep's collection (a write may still name them). */
+export const STAGING_GRACE_MS = 60 * 60 * 1000;
+
+/** What a read sees of a key: the view, and where its bytes are when a committed pending write is served. */
+type Visible = { view: BlobView; staging?: string };
 
 export class AzureBackend implements StorageBackend {
   readonly kind = "azure";
@@ -119,6 +127,8 @@ export class AzureBackend implements StorageBackend {
   private closed = false;
   private sweep: NodeJS.Timeout | undefined;
   private readonly clientReady: Promise<unknown>;
+  /** Keys whose committed pending write a reader asked to roll forward, by bucket and key. */
+  private readonly settling = new Set<string>();
 
   constructor(options: AzureBackendOptions) {
     const resolved = resolveOptions(options);
@@ -132,6 +142,8 @@ export class AzureBackend implements StorageBackend {
       () => this.port,
     );
     this.buckets = new AzureBuckets(this.store);
+    // Listings see a pending transaction write as its transaction's record says.
+    this.store.visible = (bucket, key, view) => this.visible(bucket, key, view).then((v) => v.view);
     this.port = new AzureObjectPort(
       this.store,
       () => this.multipart,
@@ -140,7 +152,10 @@ export class AzureBackend implements StorageBackend {
     if (resolved.multipartSweepIntervalMs > 0) {
       this.sweep = setInterval(() => {
         // A failed sweep leaves the uploads for the next one; nothing else depends on it.
-        if (!this.closed) this.multipart.sweepAbandoned().catch(() => undefined);
+        if (!this.closed) {
+          this.multipart.sweepAbandoned().catch(() => undefined);
+          this.collectStaging({ graceMs: STAGING_GRACE_MS }).catch(() => undefined);
+        }
       }, resolved.multipartSweepIntervalMs);
       this.sweep.unref();
     }
@@ -232,6 +247,7 @@ export class AzureBackend implements StorageBackend {
     const { bucket, key, body } = input;
     this.store.assertKeySync(key);
     if (!isAzureContainerName(bucket)) throw noSuchBucket(bucket);
+    if (commit.transaction) return this.putStaged(input, commit);
     // No await before this call: the body must be read (and its errors listened to) at once.
     const staged = await stageBody(body.stream, {
       blob: this.store.blob(bucket, key),
@@ -259,6 +275,188 @@ export class AzureBackend implements StorageBackend {
       highestToken: done.highestToken,
       checksums,
     };
+  }
+
+  /**
+   * A PutObject of a fenced transaction: the body goes to a staging blob of its own (streamed,
+   * blocks beyond one), whose name the object's state then keeps as a pending write.
+   */
+  private async putStaged(input: PutObjectInput, commit: FencedCommit): Promise<PutObjectResult> {
+    const { bucket, key, body } = input;
+    const name = stagingName(this.store.opts.metaPrefix, commit.transaction!.transactionId);
+    const blob = this.store.blob(bucket, name);
+    // No await before this call: the body must be read (and its errors listened to) at once.
+    const staged = await stageBody(body.stream, {
+      blob,
+      blockSize: this.store.opts.blockSizeBytes,
+      calls: this.store.calls,
+      signal: commit.signal,
+      what: `${bucket}/${key}`,
+    });
+    const version: AzureVersion = {
+      staged: { kind: "blob", name, size: staged.size },
+      contentMd5: staged.md5,
+      etag: `"${staged.md5.toString("hex")}"`,
+      headers: input.metadata.headers,
+      userMetadata: input.metadata.userMetadata,
+    };
+    let checksums: PutObjectResult["checksums"];
+    try {
+      await this.store.assertKey(key);
+      await this.writeStaging(bucket, name, key, staged, version, commit.signal);
+      await this.store.hook("body-staged", { op: "put", bucket, key });
+      ({ checksums } = await body.digest);
+    } catch (e) {
+      await this.port.discard({ bucket, key }, version);
+      throw e;
+    }
+    if (checksums) version.checksums = checksums;
+    const done = await runCommit(this.port, { bucket, key }, { op: "put", version }, commit);
+    return {
+      etag: version.etag,
+      size: staged.size,
+      lastModified: done.lastModified ?? new Date(),
+      highestToken: done.highestToken,
+      checksums,
+    };
+  }
+
+  /** Commits a staging blob's bytes (staged in memory or as its blocks), with the object's headers. */
+  async writeStaging(
+    bucket: string,
+    name: string,
+    key: string,
+    staged: { kind: "buffer"; data: Buffer; size: number } | { kind: "blocks"; blockIds: string[] },
+    version: AzureVersion,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const blob = await this.store.blob(bucket, name);
+    const blobHTTPHeaders = blobHeadersOf(version.headers, version.contentMd5);
+    const metadata = { [STAGED_KEY]: Buffer.from(key).toString("base64url") };
+    await this.store.calls.run(`stage ${bucket}/${key} in a transaction`, signal, (abortSignal) =>
+      staged.kind === "buffer"
+        ? blob.upload(staged.data, staged.size, { blobHTTPHeaders, metadata, abortSignal })
+        : blob.commitBlockList(staged.blockIds, { blobHTTPHeaders, metadata, abortSignal }),
+    );
+  }
+
+  /**
+   * What a reader sees of a blob whose state holds a pending transaction write: the pending
+   * version once its transaction's record says committed and lists it (served from its staging
+   * blob, and rolled forward in the store in the background), else the state without it.
+   */
+  private async visible(bucket: string, key: string, view: BlobView): Promise<Visible> {
+    const p = view.state?.p;
+    if (!p) return { view };
+    const outcome = await transactionOutcome(this.port.transactions(bucket), pendingOf(p));
+    if (outcome !== "committed") return { view };
+    this.settleLater(bucket, key);
+    if (p.kind === "delete") return { view: { ...view, live: false, s3Etag: null, info: null } };
+    return { view: pendingView(view, p), staging: p.b! };
+  }
+
+  /** Rolls a committed pending write forward, off the reader's path (best effort). */
+  private settleLater(bucket: string, key: string): void {
+    const id = `${bucket}\n${key}`;
+    if (this.settling.has(id) || this.closed) return;
+    this.settling.add(id);
+    void runCommit(this.port, { bucket, key }, { op: "settle" })
+      .catch((err: unknown) =>
+        this.store.opts.log?.debug?.({ err, bucket, key }, "azure: pending write not settled"),
+      )
+      .finally(() => this.settling.delete(id));
+  }
+
+  /** A staging blob's bytes (a range of them); null when the blob is gone (rolled forward meanwhile). */
+  private async readStaging(
+    bucket: string,
+    name: string,
+    info: ObjectInfo,
+    range: RangeRequest | undefined,
+    signal: AbortSignal | undefined,
+  ): Promise<GetObjectResult | null> {
+    const served = resolveRange(range, info.size);
+    const blob = await this.store.blob(bucket, name);
+    try {
+      const answer = await this.store.calls.runStream(
+        `get ${bucket}/${name}`,
+        signal,
+        (abortSignal, onProgress) =>
+          blob.download(served?.start ?? 0, served ? served.end - served.start + 1 : undefined, {
+            abortSignal,
+            onProgress,
+            maxRetryRequests: 3,
+          }),
+        (a) => a.readableStreamBody as GetObjectResult["body"] | undefined,
+        isBlobNotFound,
+      );
+      const body = answer.readableStreamBody! as GetObjectResult["body"];
+      return served ? { info, body, range: served } : { info, body };
+    } catch (e) {
+      if (isBlobNotFound(e)) return null;
+      throw e;
+    }
+  }
+
+  /**
+   * What a read inside fenced transaction `version.transaction` sees: the write it staged at the
+   * key (a put's bytes; NoSuchKey for a delete), else what any read sees.
+   */
+  async readStaged(
+    bucket: string,
+    key: string,
+    version: unknown,
+    range?: RangeRequest,
+  ): Promise<GetObjectResult> {
+    this.assertOpen();
+    const id = (version as { transaction?: unknown } | null)?.transaction;
+    if (typeof id !== "string") throw new Error("an Azure backend's staged read names its transaction");
+    const view = await this.store.readView(bucket, key, undefined, true);
+    const p = view.state?.p;
+    if (!p || p.tx !== id) return this.getObject(bucket, key, range);
+    if (p.kind === "delete") throw noSuchKey(bucket, key);
+    const got = await this.readStaging(
+      bucket,
+      p.b!,
+      { key, ...pendingView(view, p).info! },
+      range,
+      undefined,
+    );
+    // Gone: the pending write was rolled forward or dropped meanwhile; the read sees what others see.
+    return got ?? this.getObject(bucket, key, range);
+  }
+
+  /** The records of the bucket's fenced transactions (their commit points). */
+  transactionLog(bucket: string): TransactionLog {
+    this.assertOpen();
+    return this.port.transactions(bucket);
+  }
+
+  /**
+   * Removes staging blobs of fenced transactions that can no longer become visible (staging.ts),
+   * older than `graceMs`, in `buckets` (default: every container).
+   */
+  async collectStaging(opts: { graceMs: number; buckets?: readonly string[] }): Promise<{ removed: number }> {
+    this.assertOpen();
+    const buckets = opts.buckets ?? (await this.containerNames());
+    return collectStaging(this.store, this.port, buckets, opts.graceMs);
+  }
+
+  private async containerNames(): Promise<string[]> {
+    const service = await this.store.service();
+    const names: string[] = [];
+    let marker: string | undefined;
+    do {
+      const page = await this.store.calls.run("list containers", undefined, async (abortSignal) => {
+        const pages = service
+          .listContainers({ abortSignal })
+          .byPage({ maxPageSize: 5000, ...(marker ? { continuationToken: marker } : {}) });
+        return (await pages.next()).value;
+      });
+      for (const item of page?.containerItems ?? []) names.push(item.name);
+      marker = page?.continuationToken || undefined;
+    } while (marker);
+    return names;
   }
 
   async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
@@ -312,7 +510,7 @@ export class AzureBackend implements StorageBackend {
 
   async headObject(bucket: string, key: string): Promise<ObjectInfo> {
     this.assertOpen();
-    const view = await this.readObject(bucket, key);
+    const { view } = await this.readObject(bucket, key);
     return { key, ...view.info! };
   }
 
@@ -323,26 +521,41 @@ export class AzureBackend implements StorageBackend {
     signal?: AbortSignal,
   ): Promise<GetObjectResult> {
     this.assertOpen();
-    if (range === undefined) {
+    for (let read = 1; range === undefined; read++) {
       // One call: the body and the properties of the same version.
       const blob = await this.requireObjectBlob(bucket, key, signal);
       const bucketCheck = this.store.requireBucket(bucket, signal);
       bucketCheck.catch(() => undefined);
       const answer = await this.download(blob, bucket, key, signal, 0, undefined, undefined);
-      const view = viewOf(answer, `${bucket}/${key}`);
+      let view = viewOf(answer, `${bucket}/${key}`);
       const body = answer.readableStreamBody!;
+      let staging: string | undefined;
       try {
         await bucketCheck;
+        if (view.state?.p) ({ view, staging } = await this.visible(bucket, key, view));
         if (!view.live) throw noSuchKey(bucket, key);
       } catch (e) {
         body.destroy();
         throw e;
       }
-      return { info: { key, ...view.info! }, body: body as GetObjectResult["body"] };
+      if (staging === undefined)
+        return { info: { key, ...view.info! }, body: body as GetObjectResult["body"] };
+      // A committed pending write: its bytes are still in its staging blob.
+      body.destroy();
+      const got = await this.readStaging(bucket, staging, { key, ...view.info! }, undefined, signal);
+      if (got) return got;
+      // Rolled forward (and its staging blob removed) meanwhile: read again.
+      if (read >= 10) throw busy(bucket, key);
     }
     // A range needs the size first; the download then asks for that very version (If-Match).
     for (let attempt = 1; ; attempt++) {
-      const view = await this.readObject(bucket, key, signal);
+      const { view, staging } = await this.readObject(bucket, key, signal);
+      if (staging !== undefined) {
+        const got = await this.readStaging(bucket, staging, { key, ...view.info! }, range, signal);
+        if (got) return got;
+        if (attempt >= 10) throw busy(bucket, key);
+        continue;
+      }
       const served = resolveRange(range, view.info!.size);
       const blob = await this.store.blob(bucket, key);
       let answer: Awaited<ReturnType<AzureBackend["download"]>>;
@@ -439,15 +652,15 @@ export class AzureBackend implements StorageBackend {
     if (this.closed) throw new DomainError("ServiceUnavailable", "the azure backend is closed");
   }
 
-  /** The live object's view; NoSuchBucket, NoSuchKey. */
-  private async readObject(bucket: string, key: string, signal?: AbortSignal): Promise<BlobView> {
+  /** The live object's view (a committed pending write's, with its staging blob); NoSuchBucket, NoSuchKey. */
+  private async readObject(bucket: string, key: string, signal?: AbortSignal): Promise<Visible> {
     if (this.isMetaKey(key)) {
       await this.store.requireBucket(bucket, signal);
       throw noSuchKey(bucket, key);
     }
-    const view = await this.store.readView(bucket, key, signal, true);
-    if (!view.live) throw noSuchKey(bucket, key);
-    return view;
+    const visible = await this.visible(bucket, key, await this.store.readView(bucket, key, signal, true));
+    if (!visible.view.live) throw noSuchKey(bucket, key);
+    return visible;
   }
 
   private async requireObjectBlob(bucket: string, key: string, signal?: AbortSignal) {
@@ -463,6 +676,28 @@ export class AzureBackend implements StorageBackend {
     const meta = this.store.opts.metaPrefix;
     return key.startsWith(meta) || key === meta.slice(0, -1);
   }
+}
+
+const busy = (bucket: string, key: string) =>
+  new DomainError("SlowDown", `${bucket}/${key} changes too often to be read; please retry`, {
+    retryAfterSeconds: 1,
+  });
+
+/** The view of a committed pending put, as readers see it before it is rolled forward. */
+function pendingView(view: BlobView, p: StoredPending): BlobView {
+  return {
+    ...view,
+    live: true,
+    s3Etag: p.etag!,
+    info: {
+      size: p.size ?? 0,
+      etag: p.etag!,
+      lastModified: new Date(p.t ?? 0),
+      headers: p.headers ?? {},
+      userMetadata: p.meta ?? {},
+      ...(p.checksums && Object.keys(p.checksums).length > 0 ? { checksums: p.checksums } : {}),
+    },
+  };
 }
 
 const noSuchKey = (bucket: string, key: string) =>

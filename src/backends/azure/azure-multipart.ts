@@ -23,9 +23,11 @@ import type {
 import { abandoned, azureStatus } from "./azure-errors.js";
 import { type AzureStore, isAzureContainerName, noSuchBucket } from "./azure-store.js";
 import { blobPages } from "./blob-listing.js";
+import { blobHeadersOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
 import type { AzureObjectPort, AzureVersion } from "./object-port.js";
 import { assembleParts, type ListedPart } from "./part-assembly.js";
+import { STAGED_KEY, stagingName } from "./staging.js";
 import {
   decodePart,
   decodeUpload,
@@ -102,6 +104,7 @@ export class AzureMultipartStore implements MultipartStore {
       leaseId: input.leaseId,
       initiator: input.initiator,
       initiated,
+      ...(input.transactionId ? { transactionId: input.transactionId } : {}),
     };
     const blob = await this.store.blob(input.bucket, uploadBlobName(this.meta, uploadId));
     await this.store.calls.run(`create upload ${uploadId}`, commit.signal, (abortSignal) =>
@@ -117,6 +120,7 @@ export class AzureMultipartStore implements MultipartStore {
   async completedBy(ref: UploadRef): Promise<string | null> {
     this.assertOpen();
     const view = await this.store.readView(ref.bucket, ref.key);
+    if (view.state?.p?.u === ref.uploadId) return view.state.p.etag ?? null;
     return view.live && view.state?.u === ref.uploadId ? view.s3Etag : null;
   }
 
@@ -198,7 +202,10 @@ export class AzureMultipartStore implements MultipartStore {
     applyFence(commit.fence, early.hct);
     checkWriteConditions(commit.conditions, early.live ? early.s3Etag : null);
 
-    const blob = await this.store.blob(input.bucket, input.key);
+    // In a fenced transaction the parts are assembled in a staging blob of their own (staging.ts):
+    // the completion is staged, the transaction's roll-forward copies it onto the object's blob.
+    const staging = commit.transaction ? stagingName(this.meta, commit.transaction.transactionId) : undefined;
+    const blob = await this.store.blob(input.bucket, staging ?? input.key);
     const version: AzureVersion = {
       staged: { kind: "blocks", blockIds: [], size },
       upload: input.uploadId,
@@ -208,11 +215,17 @@ export class AzureMultipartStore implements MultipartStore {
     };
     const stage = async () => {
       await this.assertUnchanged(input, used, commit.signal);
-      version.staged = {
-        kind: "blocks",
-        blockIds: await this.assemble(input, blob, used, size, commit.signal),
-        size,
-      };
+      const blockIds = await this.assemble(input, blob, used, size, commit.signal);
+      if (staging === undefined) {
+        version.staged = { kind: "blocks", blockIds, size };
+        return;
+      }
+      const metadata = { [STAGED_KEY]: Buffer.from(input.key).toString("base64url") };
+      const blobHTTPHeaders = blobHeadersOf(upload.metadata.headers);
+      await this.store.calls.run(`stage the completion of ${input.uploadId}`, commit.signal, (abortSignal) =>
+        blob.commitBlockList(blockIds, { blobHTTPHeaders, metadata, abortSignal }),
+      );
+      version.staged = { kind: "blob", name: staging, size };
     };
     let restaged = 0;
     // The parts are still there: stage them again when a concurrent commit discarded the blocks,

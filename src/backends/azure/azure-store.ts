@@ -41,6 +41,8 @@ export class AzureStore {
   /** What this backend learnt about the service (shared by its listings and assemblies). */
   readonly hints: { startFromHonoured?: boolean; stageFromUrl?: boolean } = {};
   private hnsDetected: Promise<boolean> | undefined;
+  /** How a listing sees a blob whose state holds a pending transaction write (set by the backend). */
+  visible: ((bucket: string, key: string, view: BlobView) => Promise<BlobView>) | undefined;
   /** Containers a read found live (and their bucket marker live), until when that may be trusted. */
   private readonly liveBuckets = new BucketTrust();
   /** The last state this process saw of each blob it committed or read (a commit's first basis). */

@@ -31,7 +31,7 @@ export type CursorSource<T, E> = {
   fetch(request: PageRequest): Promise<Page<T>>;
   nameOf(item: T): string;
   /** The entry an item stands for, or undefined to skip it (tombstones, fencegate's own blobs). */
-  toEntry(item: T): E | undefined;
+  toEntry(item: T): E | undefined | Promise<E | undefined>;
   /** Shared by the cursors of one backend: whether the service honours startFrom. */
   hints: { startFromHonoured?: boolean };
   /** The listing's prefix: startFrom is only useful beyond it. */
@@ -78,7 +78,7 @@ export class BlobCursor<T, E extends { key: string }> implements AsyncCursor<E> 
       if (item === undefined) return undefined;
       const name = this.source.nameOf(item);
       if (!reached(name, this.from)) continue;
-      const entry = this.source.toEntry(item);
+      const entry = await this.source.toEntry(item);
       if (entry !== undefined) return entry;
     }
   }

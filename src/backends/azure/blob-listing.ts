@@ -55,7 +55,11 @@ export function blobPages(
 }
 
 /** The live object an item stands for, or undefined (tombstone, directory, fencegate's own blob). */
-export function liveEntry(store: AzureStore, container: string, item: BlobItem): ListEntry | undefined {
+export function liveEntry(
+  store: AzureStore,
+  container: string,
+  item: BlobItem,
+): ListEntry | undefined | Promise<ListEntry | undefined> {
   if (item.name.startsWith(store.opts.metaPrefix)) return undefined;
   const props = { ...item.properties, metadata: item.metadata };
   let view: BlobView;
@@ -68,9 +72,19 @@ export function liveEntry(store: AzureStore, container: string, item: BlobItem):
     const size = item.properties.contentLength ?? 0;
     return { key: item.name, size, etag: adoptedEtag(props), lastModified: item.properties.lastModified };
   }
-  if (!view.live || !view.info) return undefined;
-  return { key: item.name, size: view.info.size, etag: view.info.etag, lastModified: view.info.lastModified };
+  if (view.state?.p && store.visible) {
+    // A pending transaction write: seen as its transaction's record says.
+    return store.visible(container, item.name, view).then(entryOf(item.name));
+  }
+  return entryOf(item.name)(view);
 }
+
+const entryOf =
+  (key: string) =>
+  (view: BlobView): ListEntry | undefined =>
+    view.live && view.info
+      ? { key, size: view.info.size, etag: view.info.etag, lastModified: view.info.lastModified }
+      : undefined;
 
 function source(
   store: AzureStore,

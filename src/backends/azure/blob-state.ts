@@ -39,6 +39,35 @@ export type StoredState = {
   u?: string;
   /** The note of the last write that put or deleted the object (FencedCommit.note). */
   a?: string;
+  /**
+   * A write of a fenced transaction staged over this state (commit-port.ts Pending): it becomes
+   * the live state only once its transaction's record says committed and lists it.
+   */
+  p?: StoredPending;
+};
+
+/**
+ * A pending transaction write as the object's state keeps it: a delete, or a put whose bytes are
+ * the staging blob `b` (under the meta prefix) and whose description is the rest.
+ */
+export type StoredPending = {
+  tx: string;
+  token: number;
+  kind: "put" | "delete";
+  /** The staging write's id. */
+  w: string;
+  /** The write's note. */
+  a?: string;
+  /** A put: the staging blob's name, its size, the S3 ETag, headers, metadata, checksums, upload. */
+  b?: string;
+  size?: number;
+  etag?: string;
+  headers?: ObjectHeaders;
+  meta?: Record<string, string>;
+  checksums?: Checksums;
+  u?: string;
+  /** When it was staged (ms since the epoch): a reader's Last-Modified until it is rolled forward. */
+  t?: number;
 };
 
 /** What the gateway sees of the blob at an object's name. */
@@ -111,7 +140,20 @@ export function decodeState(encoded: string, where: string): StoredState {
   const s = state as Partial<StoredState> | undefined;
   const hctOk = s?.hct === null || (typeof s?.hct === "number" && Number.isSafeInteger(s.hct) && s.hct >= 0);
   const historyOk = s?.h === undefined || (Array.isArray(s.h) && s.h.every((id) => typeof id === "string"));
-  if (s?.v !== 1 || !hctOk || !historyOk || (!s.deleted && typeof s.etag !== "string")) {
+  const p = s?.p;
+  const pendingOk =
+    p === undefined ||
+    (typeof p === "object" &&
+      p !== null &&
+      typeof p.tx === "string" &&
+      Number.isSafeInteger(p.token) &&
+      typeof p.w === "string" &&
+      (p.kind === "delete" ||
+        (p.kind === "put" &&
+          typeof p.b === "string" &&
+          typeof p.etag === "string" &&
+          Number.isSafeInteger(p.size))));
+  if (s?.v !== 1 || !hctOk || !historyOk || !pendingOk || (!s.deleted && typeof s.etag !== "string")) {
     // Never guess: reading this blob as unfenced would drop its HCT.
     throw new DomainError(
       "InternalError",

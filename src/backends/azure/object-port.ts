@@ -5,17 +5,25 @@ import {
   type BucketMarker,
   type BucketPhase,
   type BucketPort,
+  type CasNext,
   type CasPort,
-  type NextState,
   type ObjectRef,
   type Observed,
+  type Pending,
   type ReadOptions,
   type SwapAnswer,
   type SwapOptions,
+  type TransactionLog,
   WRITE_HISTORY,
 } from "../../fence/commit-port.js";
 import type { Checksums, ObjectHeaders } from "../storage-backend.js";
-import { azureStatus, isContainerNotFound, isInvalidBlockList, isLostRace } from "./azure-errors.js";
+import {
+  azureStatus,
+  isBlobNotFound,
+  isContainerNotFound,
+  isInvalidBlockList,
+  isLostRace,
+} from "./azure-errors.js";
 import { type AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
 import {
   type BlobView,
@@ -24,11 +32,14 @@ import {
   HCT_KEY,
   liveState,
   STATE_KEY,
+  type StoredPending,
   type StoredState,
   TOMBSTONE_KEY,
   tombstoneState,
   viewOf,
 } from "./blob-state.js";
+import { stageFromStaging } from "./staging-copy.js";
+import { AzureTransactionRecords } from "./transaction-records.js";
 
 /**
  * The Azure backend as the commit driver sees it (src/fence/commit-port.ts). An object's state is
@@ -44,10 +55,15 @@ import {
 
 /** A version staged for a commit: the body's bytes and what the object's state will say. */
 export type AzureVersion = {
-  /** The bytes: in memory (one Put Blob), or staged as blocks on the object's blob. */
+  /**
+   * The bytes: in memory (one Put Blob), or staged as blocks on the object's blob; or, for a
+   * write of a fenced transaction, a staging blob of its own under the meta prefix (its bytes
+   * are copied server-side onto the object's blob when the transaction is rolled forward).
+   */
   staged:
     | { kind: "buffer"; data: Buffer; size: number }
-    | { kind: "blocks"; blockIds: string[]; size: number };
+    | { kind: "blocks"; blockIds: string[]; size: number }
+    | { kind: "blob"; name: string; size: number };
   /** The bytes' MD5, for the blob's Content-MD5 (readers that bypass the gateway). */
   contentMd5?: Buffer;
   /** The S3 ETag, quoted. */
@@ -69,13 +85,26 @@ const SINCE_KEY = "fencegate_since";
 
 export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
   readonly kind = "cas";
+  /** The records of fenced transactions (`<meta>t/<id>`). */
+  readonly txRecords: AzureTransactionRecords;
 
   constructor(
     private readonly store: AzureStore,
     /** The multipart store's removal of a bucket's uploads (azure-multipart.ts). */
     private readonly uploads: () => { removeAll(bucket: string): Promise<void> },
     private readonly empty: (bucket: string) => Promise<boolean>,
-  ) {}
+  ) {
+    this.txRecords = new AzureTransactionRecords(store);
+  }
+
+  /** The records of the bucket's fenced transactions; `settle` resolves a key's pending write. */
+  transactions(bucket: string): TransactionLog {
+    return this.txRecords.log(
+      bucket,
+      (key) => runCommit(this, { bucket, key }, { op: "settle" }).then(() => undefined),
+      () => this.checkBucket(bucket),
+    );
+  }
 
   async read(ref: ObjectRef, opts: ReadOptions): Promise<Observed> {
     // The state this process last saw, if the caller may start from it (Observed.cached).
@@ -92,7 +121,7 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
   async swap(
     ref: ObjectRef,
     from: Observed,
-    next: NextState<AzureVersion>,
+    next: CasNext<AzureVersion>,
     opts: SwapOptions,
   ): Promise<SwapAnswer> {
     const view = from.raw as BlobView;
@@ -105,12 +134,77 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
     /** What the new state will look like, remembered once it landed (the next commit's basis). */
     let written: { metadata: Record<string, string>; size: number } | undefined;
     try {
+      // A roll-forward copies the staging blob's bytes as blocks of the object's blob where the
+      // service can (Stage Block From URL: synchronous, any size), then commits them below.
+      const pending = view.state?.p;
+      const blocks =
+        next.kind === "settle" && next.forward && pending?.kind === "put"
+          ? await stageFromStaging(this.store, ref.bucket, pending.b!, pending.size ?? 0, blob)
+          : null;
       answer = await this.store.calls.run(
         `commit ${ref.bucket}/${ref.key}`,
         undefined,
         (abortSignal) => {
+          if (next.kind === "stage") {
+            // A transaction's write staged beside the state: bytes and live state unchanged.
+            const p = storedPending(next.pending);
+            if (!view.exists) {
+              const metadata = encodeState({ ...tombstoneState(next.hct, next.writeId, history), p });
+              written = { metadata, size: 0 };
+              return blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal });
+            }
+            const metadata = {
+              ...withoutState(view.rawMetadata),
+              ...encodeState({ ...keptState(view, next.hct, next.writeId, history), p }),
+            };
+            written = undefined;
+            return blob.setMetadata(metadata, { conditions, abortSignal });
+          }
+          if (next.kind === "settle") {
+            const p = view.state?.p;
+            if (next.forward && p?.kind === "put") {
+              // Rolled forward: the staging blob's bytes copied server-side onto the object's
+              // blob, with its new state, only over the state read (If-Match): a roll-forward
+              // racing another writer changes nothing.
+              const metadata = encodeState({
+                ...liveState(
+                  next.hct,
+                  p.etag!,
+                  p.headers ?? {},
+                  p.meta ?? {},
+                  p.checksums,
+                  next.writeId,
+                  history,
+                  p.u,
+                ),
+                ...(next.note !== undefined ? { a: next.note } : {}),
+              });
+              written = { metadata, size: p.size ?? 0 };
+              if (blocks !== null) {
+                const blobHTTPHeaders = blobHeadersOf(p.headers ?? {}, md5OfEtag(p.etag!));
+                return blob.commitBlockList(blocks, { conditions, metadata, blobHTTPHeaders, abortSignal });
+              }
+              // Where it cannot (Azurite): Copy Blob, which carries the staging blob's properties.
+              return this.copyOnto(ref.bucket, p.b!, blob, metadata, conditions, abortSignal);
+            }
+            if (next.forward && p?.kind === "delete") {
+              const metadata = encodeState({
+                ...tombstoneState(next.hct, next.writeId, history),
+                ...(next.note !== undefined ? { a: next.note } : {}),
+              });
+              written = { metadata, size: 0 };
+              return blob.upload(Buffer.alloc(0), 0, { conditions, metadata, abortSignal });
+            }
+            // Dropped: the state without its pending write.
+            const { p: _dropped, ...kept } = keptState(view, next.hct, next.writeId, history);
+            const metadata = { ...withoutState(view.rawMetadata), ...encodeState(kept) };
+            written = undefined;
+            return blob.setMetadata(metadata, { conditions, abortSignal });
+          }
           if (next.kind === "put") {
             const v = next.version;
+            if (v.staged.kind === "blob")
+              throw new Error("a staged transaction write is committed by its transaction");
             const metadata = encodeState({
               ...liveState(
                 next.hct,
@@ -160,10 +254,16 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
           written = undefined;
           return blob.setMetadata(metadata, { conditions, abortSignal });
         },
-        (e) => isLostRace(e) || (next.kind === "put" && isInvalidBlockList(e)),
+        (e) =>
+          isLostRace(e) ||
+          ((next.kind === "put" || next.kind === "settle") && isInvalidBlockList(e)) ||
+          (next.kind === "settle" && isBlobNotFound(e)),
       );
     } catch (e) {
       this.store.remember(ref.bucket, ref.key, null);
+      // The staging blob is gone: another roll-forward landed (and removed it) first. Or the
+      // blocks copied from it were discarded by another commit of the object: nothing changed.
+      if (next.kind === "settle" && (isBlobNotFound(e) || isInvalidBlockList(e))) return { outcome: "lost" };
       if (next.kind === "put" && isInvalidBlockList(e)) {
         // A concurrent commit of this blob discarded the staged blocks: nothing changed.
         next.version.blocksLost = true;
@@ -199,8 +299,62 @@ export class AzureObjectPort implements CasPort<AzureVersion>, BucketPort {
     version.blocksLost = false;
   }
 
-  async discard(): Promise<void> {
+  async discard(ref: ObjectRef, version: AzureVersion): Promise<void> {
     // Staged blocks change nothing; the blob's next commit (or Azure, after 7 days) discards them.
+    // A transaction's staging blob is removed (the collector removes what this leaves).
+    if (version.staged.kind === "blob") await this.removeStaging(ref.bucket, version.staged.name);
+  }
+
+  /** After `next` landed over `from`: the staging blob of a pending write no longer named goes. */
+  async replaced(ref: ObjectRef, from: Observed, next: CasNext<AzureVersion>): Promise<void> {
+    const name = (from.raw as BlobView | undefined)?.state?.p?.b;
+    if (name === undefined) return;
+    if (next.kind === "keep") return;
+    if (next.kind === "stage" && next.pending.change.kind === "put") {
+      const staged = next.pending.change.version.staged;
+      if (staged.kind === "blob" && staged.name === name) return;
+    }
+    await this.removeStaging(ref.bucket, name);
+  }
+
+  /** Removes a staging blob (best effort: what stays is the collector's). */
+  async removeStaging(bucket: string, name: string): Promise<void> {
+    const blob = await this.store.blob(bucket, name);
+    await this.store.calls
+      .run(`remove ${bucket}/${name}`, undefined, (abortSignal) => blob.deleteIfExists({ abortSignal }))
+      .catch(() => undefined);
+  }
+
+  /**
+   * Copy Blob from the staging blob `source` onto `target`, with `metadata` and the destination
+   * conditions. The copy carries the staging blob's bytes and properties (Content-Type, MD5...)
+   * without them passing through the gateway, whatever their size. Azure may finish a copy
+   * after answering (pending): the call then waits for it.
+   */
+  private async copyOnto(
+    bucket: string,
+    source: string,
+    target: Awaited<ReturnType<AzureStore["blobOnce"]>>,
+    metadata: Record<string, string>,
+    conditions: { ifMatch?: string; ifNoneMatch?: string },
+    abortSignal: AbortSignal,
+  ): Promise<{ etag?: string; lastModified?: Date }> {
+    const from = await this.store.blob(bucket, source);
+    // The copy is started by this call; a copy Azure finishes later (pending) is waited for.
+    const poller = await target.beginCopyFromURL(from.url, {
+      conditions,
+      metadata,
+      abortSignal,
+      intervalInMs: 100,
+    });
+    const answer = await poller.pollUntilDone();
+    if (answer.copyStatus !== undefined && answer.copyStatus !== "success") {
+      throw new Error(`the copy onto ${bucket}/${target.name} ended ${answer.copyStatus}`);
+    }
+    return {
+      ...(answer.etag ? { etag: answer.etag } : {}),
+      ...(answer.lastModified ? { lastModified: answer.lastModified } : {}),
+    };
   }
 
   async touch(ref: ObjectRef): Promise<void> {
@@ -337,6 +491,56 @@ export function observed(view: BlobView): Observed {
     ...(state?.a !== undefined ? { note: state.a } : {}),
     version: view.exists ? view.azureEtag : null,
     raw: view,
+    ...(state?.p ? { pending: pendingOf(state.p) } : {}),
+  };
+}
+
+/** A stored pending write as the driver sees it. */
+export function pendingOf(p: StoredPending): Pending<AzureVersion> {
+  return {
+    tx: p.tx,
+    token: p.token,
+    writeId: p.w,
+    ...(p.a !== undefined ? { note: p.a } : {}),
+    change:
+      p.kind === "delete"
+        ? { kind: "delete" }
+        : {
+            kind: "put",
+            version: {
+              staged: { kind: "blob", name: p.b!, size: p.size ?? 0 },
+              etag: p.etag!,
+              headers: p.headers ?? {},
+              userMetadata: p.meta ?? {},
+              ...(p.checksums ? { checksums: p.checksums } : {}),
+              ...(p.u ? { upload: p.u } : {}),
+            },
+          },
+  };
+}
+
+/** The pending write a staging keeps in the object's state. */
+function storedPending(pending: Pending<AzureVersion>): StoredPending {
+  const base = {
+    tx: pending.tx,
+    token: pending.token,
+    w: pending.writeId,
+    t: Date.now(),
+    ...(pending.note !== undefined ? { a: pending.note } : {}),
+  };
+  if (pending.change.kind === "delete") return { ...base, kind: "delete" };
+  const v = pending.change.version;
+  if (v.staged.kind !== "blob") throw new Error("a transaction's put is staged in a blob of its own");
+  return {
+    ...base,
+    kind: "put",
+    b: v.staged.name,
+    size: v.staged.size,
+    etag: v.etag,
+    ...(Object.keys(v.headers).length > 0 ? { headers: v.headers } : {}),
+    ...(Object.keys(v.userMetadata).length > 0 ? { meta: v.userMetadata } : {}),
+    ...(v.checksums && Object.keys(v.checksums).length > 0 ? { checksums: v.checksums } : {}),
+    ...(v.upload ? { u: v.upload } : {}),
   };
 }
 
@@ -390,4 +594,10 @@ function lowerKeys(metadata: Record<string, string> | undefined): Record<string,
 
 function hookOp(op: string): "put" | "delete" | "raise" {
   return op === "delete" ? "delete" : op === "put" ? "put" : "raise";
+}
+
+/** The MD5 an S3 ETag of a single-part write names (a multipart one names none). */
+function md5OfEtag(etag: string): Buffer | undefined {
+  const hex = /^"([0-9a-f]{32})"$/.exec(etag)?.[1];
+  return hex ? Buffer.from(hex, "hex") : undefined;
 }

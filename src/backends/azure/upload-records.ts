@@ -24,6 +24,8 @@ export type UploadRecord = {
   leaseId: string | null;
   initiator: string | null;
   initiated: number;
+  /** The fenced transaction the upload was created in: its completion is staged in it. */
+  transactionId?: string;
 };
 
 /**
@@ -120,6 +122,7 @@ export function toUpload(bucket: string, uploadId: string, record: UploadRecord)
     leaseId: record.leaseId,
     initiator: record.initiator,
     initiated: new Date(record.initiated),
+    ...(record.transactionId ? { transactionId: record.transactionId } : {}),
   };
 }
 
