@@ -342,6 +342,54 @@ describe("transactions on the S3 backend", () => {
     }
   }, 60_000);
 
+  it("stages the completion of a multipart upload whose Create alone carried the transaction, on another replica", async () => {
+    const lease = await a.leases.acquire({ bucket, prefix: "mp/", ttlMs: 60_000 });
+    const tx = await openTransaction(a, lease.leaseId);
+    const token = { "x-fence-token": lease.fencingToken! };
+    const created = await signedRequest(a.url, {
+      method: "POST",
+      path: objectPath(bucket, "mp/big"),
+      query: { uploads: "" },
+      headers: { ...token, "x-fence-transaction": tx.transactionId },
+    });
+    expect(created.status, created.text).toBe(200);
+    const uploadId = /<UploadId>([^<]+)<\/UploadId>/.exec(created.text)![1]!;
+    const parts: string[] = [];
+    for (const [n, body] of [
+      [1, "p".repeat(5 * 1024 * 1024)],
+      [2, "the last part"],
+    ] as const) {
+      const part = await signedRequest(b.url, {
+        method: "PUT",
+        path: objectPath(bucket, "mp/big"),
+        query: { uploadId, partNumber: String(n) },
+        body,
+        headers: token,
+      });
+      expect(part.status, part.text).toBe(200);
+      parts.push(`<Part><PartNumber>${n}</PartNumber><ETag>${part.headers.etag}</ETag></Part>`);
+    }
+    // As aws cli and boto3 send it: the Complete carries the token but not the transaction.
+    const completed = await signedRequest(b.url, {
+      method: "POST",
+      path: objectPath(bucket, "mp/big"),
+      query: { uploadId },
+      body: `<CompleteMultipartUpload>${parts.join("")}</CompleteMultipartUpload>`,
+      headers: token,
+    });
+    expect(completed.status, completed.text).toBe(200);
+    expect(await getBody(a, bucket, "mp/big")).toBeNull();
+    expect(await getBody(b, bucket, "mp/big")).toBeNull();
+    const shown = await api(b, "GET", `/transactions/${tx.transactionId}`);
+    expect(JSON.stringify(shown.json)).toContain("mp/big");
+    const commit = await api(b, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status, commit.text).toBe(200);
+    const big = await getBody(a, bucket, "mp/big");
+    expect(big?.length).toBe(5 * 1024 * 1024 + "the last part".length);
+    expect(big?.endsWith("the last part")).toBe(true);
+    await a.leases.release(lease.leaseId);
+  }, 60_000);
+
   it("stages deletes and replaces: old versions visible until the commit, the staged state inside", async () => {
     const lease = await a.leases.acquire({ bucket, prefix: "e/", ttlMs: 30_000 });
     expect((await putIn(a, lease, null, bucket, "e/1", "old-1")).status).toBe(200);

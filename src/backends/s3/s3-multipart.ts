@@ -72,6 +72,7 @@ export class S3MultipartStore implements MultipartStore {
       leaseId: input.leaseId,
       initiator: input.initiator,
       initiated,
+      ...(input.transactionId ? { transactionId: input.transactionId } : {}),
     };
     await this.uploads.create(input.bucket, manifest);
     return { uploadId: manifest.uploadId, highestToken };

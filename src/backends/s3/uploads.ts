@@ -10,6 +10,8 @@ export type UploadManifest = {
   leaseId: string | null;
   initiator: string | null;
   initiated: number;
+  /** The fenced transaction the upload was created in; its completion is staged in it. */
+  transactionId?: string;
 };
 
 /**
@@ -62,6 +64,7 @@ export function toUpload(bucket: string, m: UploadManifest): MultipartUpload {
     leaseId: m.leaseId,
     initiator: m.initiator,
     initiated: new Date(m.initiated),
+    ...(typeof m.transactionId === "string" ? { transactionId: m.transactionId } : {}),
   };
 }
 
