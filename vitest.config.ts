@@ -15,6 +15,7 @@ export const SLOW = [
   "test/backends/azure/**",
   "test/backends/config-examples.test.ts",
   "test/epochs/**",
+  "test/transactions/cas-*.test.ts",
   "test/leases/redis/**",
   "test/leases/redlock/**",
   "test/audit/redis/**",
