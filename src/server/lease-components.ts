@@ -10,9 +10,10 @@ import { grantsNeedEpochs } from "../epochs/grant-guard.js";
 import { createSystemEpochStore, type SystemEpochStore } from "../epochs/system-epoch-store.js";
 import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
 import type { LeaseStore } from "../leases/lease-store.js";
-import type { EpochStore } from "../leases/redis/epoch-store.js";
-import { createFileEpochStore } from "../leases/redis/file-epoch-store.js";
-import { createRedisLeaseStore, redactUrl } from "../leases/redis/redis-lease-store.js";
+import { createRedisLeaseStore } from "../leases/redis/redis-lease-store.js";
+import type { EpochStore } from "../leases/redis-shared/epoch-store.js";
+import { createFileEpochStore } from "../leases/redis-shared/file-epoch-store.js";
+import { redactUrl } from "../leases/redis-shared/redact-url.js";
 import { createRedlockLeaseStore } from "../leases/redlock/redlock-lease-store.js";
 
 /** How long the start waits for Redis before serving with lease calls answering 503. */

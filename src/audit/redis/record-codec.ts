@@ -1,6 +1,6 @@
 import { DomainError } from "../../core/errors.js";
+import type { AuditField } from "../../core/redis/audit-append.js";
 import { type AuditDraft, type AuditQuery, type AuditRecord, transactionFields } from "../audit-log.js";
-import type { AuditField } from "./audit-lua.js";
 
 /** A draft as the stream fields the append script takes (field, value, ...); null fields left out. */
 export function draftFields(draft: AuditDraft, timeMs: number, gatewayId: string): string[] {

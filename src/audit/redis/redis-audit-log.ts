@@ -2,6 +2,7 @@ import type { Redis } from "ioredis";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError, isDomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import { type InScriptAppends, redisServerOf } from "../../core/redis/audit-append.js";
 import { assertFailClosed, openFailClosedRedis } from "../../core/redis-connection.js";
 import {
   type AuditDraft,
@@ -49,35 +50,6 @@ export type RedisAuditLog = AuditLog & {
   /** For scripts of other components that append records themselves (see InScriptAppends). */
   readonly inScript: InScriptAppends;
 };
-
-/**
- * What a lease store on the same Redis needs to append lease events with audit_append
- * (audit-lua.ts) inside its own scripts, so that a lease change and its record commit together.
- */
-export type InScriptAppends = {
-  /** The key prefix the log's keys live under (the script's P must be the same). */
-  readonly keyPrefix: string;
-  /** Written into every record's `gw`. */
-  readonly gatewayId: string;
-  /** The Redis server and database the log lives in (redisServerOf). */
-  readonly server: string;
-  /** The time (ms) of a record appended now: the log's own clock. */
-  now(): number;
-  /** Reports seqs a script gave out: numbering after a loss of data continues above them. */
-  appended(seq: number): void;
-  /** Restores the log's counter after Redis lost its data (before that, audit_ready() is false). */
-  restore(): Promise<void>;
-};
-
-/**
- * The Redis server and database a connection reaches, as a string: two connections with the
- * same one write the same keys.
- */
-export function redisServerOf(redis: Redis): string {
-  const o = redis.options;
-  const where = o.path ? `unix:${o.path}` : `${o.host ?? "localhost"}:${o.port ?? 6379}`;
-  return `${where}/${o.db ?? 0}`;
-}
 
 /**
  * Work per query page at most (about one record read or index entry considered per unit):

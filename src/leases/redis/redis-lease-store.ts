@@ -2,41 +2,30 @@ import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { Redis } from "ioredis";
 import type { AuditLog } from "../../audit/audit-log.js";
-import { type InScriptAppends, redisServerOf } from "../../audit/redis/redis-audit-log.js";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { LuaScript } from "../../core/lua-source.js";
+import { type InScriptAppends, redisServerOf } from "../../core/redis/audit-append.js";
 import { openFailClosedRedis } from "../../core/redis-connection.js";
 import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
-import type {
-  AcquireResult,
-  CommitIntent,
-  LeaseEventContext,
-  LeaseRecord,
-  LeaseStore,
-} from "../lease-store.js";
+import type { AcquireResult, CommitIntent, LeaseEventContext, LeaseStore } from "../lease-store.js";
 import { validateAcquire, validateTtl } from "../memory/validate.js";
-import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
-import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
-import { decodeIntents, decodeLease, decodeLeases, throwIntentRefusal } from "./lease-codec.js";
-import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "./lua/delegate-scripts.js";
-import { BEGIN_COMMIT, FORGET_INTENTS, INTENTS_UNDER } from "./lua/intent-scripts.js";
+import { type EpochStore, MAX_EPOCH } from "../redis-shared/epoch-store.js";
 import {
-  ACQUIRE,
-  BREAK,
-  COLLECT_EXPIRED,
-  FIND_COVERING,
-  FIND_NEWER,
-  GET,
-  INSTALL_EPOCH,
-  LIST,
-  RENEW,
-  SWEEP,
-} from "./lua/lease-scripts.js";
-import { EVENT_ARGS } from "./lua/prelude.js";
+  decodeIntents,
+  decodeLease,
+  decodeLeases,
+  resourceArgs,
+  throwIntentRefusal,
+} from "../redis-shared/lease-codec.js";
+import { EVENT_ARGS } from "../redis-shared/lua/prelude.js";
+import { redactUrl } from "../redis-shared/redact-url.js";
+import { checkRedisSettings, type RedisSettingsReport } from "../redis-shared/redis-settings.js";
+import { SHARED_SCRIPTS } from "../redis-shared/scripts.js";
+import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
+import { ACQUIRE, BEGIN_COMMIT, BREAK, INSTALL_EPOCH } from "./lua/lease-scripts.js";
 import { RELEASE_AND_WAKE } from "./lua/wait-scripts.js";
-import { checkRedisSettings, type RedisSettingsReport } from "./redis-settings.js";
 import { createRedisWaiting } from "./redis-wait-queue.js";
 
 export type RedisLeaseStoreOptions = {
@@ -110,28 +99,14 @@ const COLLECT_LIMIT = 1000;
 const SWEEP_LIMIT = 500;
 
 const SCRIPTS = {
+  ...SHARED_SCRIPTS,
   acquire: new LuaScript("acquire", ACQUIRE),
-  renew: new LuaScript("renew", RENEW),
   // Release and the wake-up of the waiters first in line, in one call (wait-scripts.ts).
   release: new LuaScript("release", RELEASE_AND_WAKE),
   breakLease: new LuaScript("break", BREAK),
-  collectExpired: new LuaScript("collect-expired", COLLECT_EXPIRED),
-  sweep: new LuaScript("sweep", SWEEP),
-  get: new LuaScript("get", GET),
-  list: new LuaScript("list", LIST),
-  findCovering: new LuaScript("find-covering", FIND_COVERING),
-  findNewer: new LuaScript("find-newer", FIND_NEWER),
   installEpoch: new LuaScript("install-epoch", INSTALL_EPOCH),
   beginCommit: new LuaScript("begin-commit", BEGIN_COMMIT),
-  forgetIntents: new LuaScript("forget-intents", FORGET_INTENTS),
-  intentsUnder: new LuaScript("intents-under", INTENTS_UNDER),
-  addDelegate: new LuaScript("add-delegate", ADD_DELEGATE),
-  listDelegates: new LuaScript("list-delegates", LIST_DELEGATES),
-  removeDelegate: new LuaScript("remove-delegate", REMOVE_DELEGATE),
 };
-
-const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] =>
-  l.key !== undefined ? ["k", l.key] : ["p", l.prefix ?? ""];
 
 /**
  * A lease store on one Redis (or a Redis primary with replicas), shared by every gateway replica.
@@ -554,15 +529,4 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
 
     sharedPoolMembership: () => sharedWaiting().pools,
   };
-}
-
-/** The URL without its password, for messages and logs. */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = "***";
-    return u.toString();
-  } catch {
-    return "(unparsable URL)";
-  }
 }

@@ -12,17 +12,6 @@ const lua = luaFiles(import.meta.url);
  */
 export const INTENT_STEPS = lua("intent-steps.lua");
 
-/**
- * Commit intents (src/fence/commit.ts): the check that a write's lease is current and the record
- * of the write, in one script, so that no grant can land between them.
- *
- * ARGV[3..8]: intent id, kind ('fenced' | 'unfenced'), bucket, key, lease id, token.
- * Answers {'ok', ceiling}, {'epoch'} while the floor is unknown, or
- * {'refused', now, lease, newer, covering} with the facts the refusal rests on (empty when
- * absent), from which the store builds the same error as every other store (judgeIntent).
- */
-export const BEGIN_COMMIT = lua("begin-commit.lua", { PRELUDE, INTENT_STEPS });
-
 /** ARGV[3..5]: kind ('k' | 'p'), bucket, key or prefix. Answers (id, bucket, key) triples. */
 export const INTENTS_UNDER = lua("intents-under.lua", { PRELUDE });
 

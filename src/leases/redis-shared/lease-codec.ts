@@ -2,6 +2,10 @@ import { DomainError } from "../../core/errors.js";
 import { judgeIntent } from "../lease-rules.js";
 import type { CommitIntentRef, IntentInput, LeaseRecord } from "../lease-store.js";
 
+/** A lease's resource as script arguments: kind ('k' | 'p') and the key or prefix. */
+export const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] =>
+  l.key !== undefined ? ["k", l.key] : ["p", l.prefix ?? ""];
+
 /** A lease hash as Redis returns it (HGETALL: field, value, field, value, ...), as a LeaseRecord. */
 export function decodeLease(raw: unknown): LeaseRecord | null {
   if (!Array.isArray(raw) || raw.length === 0) return null;
@@ -22,6 +26,26 @@ export function decodeLease(raw: unknown): LeaseRecord | null {
   if (f.has("end")) lease.endedAt = Number(f.get("end"));
   if (f.has("pr")) lease.principal = f.get("pr")!;
   return lease;
+}
+
+/** A lease as the fields of its Redis hash (the reverse of decodeLease). */
+export function encodeLease(l: LeaseRecord): Record<string, string> {
+  const f: Record<string, string> = {
+    id: l.leaseId,
+    b: l.bucket,
+    o: l.owner,
+    tok: String(l.token),
+    ttl: String(l.ttlMs),
+    acq: String(l.acquiredAt),
+    exp: String(l.expiresAt),
+  };
+  if (l.key !== undefined) f.k = l.key;
+  else f.p = l.prefix ?? "";
+  if (l.principal !== undefined) f.pr = l.principal;
+  if (l.releasedAt !== undefined) f.rel = String(l.releasedAt);
+  if (l.brokenAt !== undefined) f.brk = String(l.brokenAt);
+  if (l.endedAt !== undefined) f.end = String(l.endedAt);
+  return f;
 }
 
 export function decodeLeases(raw: unknown): LeaseRecord[] {
