@@ -5,10 +5,11 @@ const lua = luaFiles(import.meta.url);
 
 /**
  * The two halves of a begin-commit script that one Redis and each Redlock instance share:
- * `fenced_intent_refusal` answers the refusal of a fenced write whose lease is not current (nil
- * when it is), `file_intent` records the intent by object, so that a grant finds the intents under
- * its resource without reading others. `put_intent` is the record itself, also used by the
- * Redlock repair to copy intents onto an instance that lost them.
+ * `intent_refusal` answers the refusal of a write (nil when it may go on: no active lease covers
+ * an unfenced write's key, a fenced write's lease is current), `file_intent` records the intent by
+ * object, so that a grant finds the intents under its resource without reading others.
+ * `put_intent` is the record itself, also used by the Redlock repair to copy intents onto an
+ * instance that lost them.
  */
 export const INTENT_STEPS = lua("intent-steps.lua");
 
