@@ -71,6 +71,30 @@ export function transactionFields(
   return out;
 }
 
+/**
+ * The record of `draft` appended at `timeMs`, but for its seq: absent fields null, the gateway
+ * the draft names or else `gatewayId`. Every audit log builds its records with this.
+ */
+export function recordOf(draft: AuditDraft, timeMs: number, gatewayId: string): Omit<AuditRecord, "seq"> {
+  return {
+    time: new Date(timeMs).toISOString(),
+    op: draft.op,
+    bucket: draft.bucket ?? null,
+    key: draft.key ?? null,
+    prefix: draft.prefix ?? null,
+    token: draft.token ?? null,
+    leaseId: draft.leaseId ?? null,
+    owner: draft.owner ?? null,
+    principal: draft.principal ?? null,
+    decision: draft.decision,
+    reason: draft.reason ?? null,
+    highestToken: draft.highestToken ?? null,
+    requestId: draft.requestId ?? null,
+    gateway: draft.gateway ?? gatewayId,
+    ...transactionFields(draft.transactionId, draft.keys),
+  };
+}
+
 export type AuditQuery = {
   bucket?: string;
   key?: string;

@@ -1,4 +1,5 @@
 import { Redis } from "ioredis";
+import type { Logger } from "./log.js";
 
 /**
  * The one place ioredis connections are made (the Redis and Redlock lease stores, the Redis audit
@@ -27,6 +28,22 @@ export function openFailClosedRedis(url: string, opts: FailClosedOptions): Redis
   });
   assertFailClosed(redis);
   return redis;
+}
+
+/**
+ * Logs the errors of `redis` (redactUrl'd `where`) as warnings `what`, each message once until
+ * another comes or the connection is ready again: a Redis that stays down is one line, not one a
+ * second.
+ */
+export function warnOnErrors(redis: Redis, log: Logger | undefined, what: string, where: string): void {
+  let lastError = "";
+  redis.on("error", (e: Error) => {
+    if (e.message !== lastError) log?.warn({ err: e.message, redis: where }, what);
+    lastError = e.message;
+  });
+  redis.on("ready", () => {
+    lastError = "";
+  });
 }
 
 /** What keeps `redis` from failing closed (empty when it does). */

@@ -8,6 +8,7 @@ import {
   type AuditRecord,
   DEFAULT_AUDIT_LIMIT,
   MAX_AUDIT_LIMIT,
+  recordOf,
   transactionFields,
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "./cursor.js";
@@ -105,23 +106,7 @@ export function createEmbeddedAuditLog({
   const appendInStep = (draft: AuditDraft): AuditRecord => {
     open();
     const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
-    const record: Omit<AuditRecord, "seq"> = {
-      time: new Date(timeMs).toISOString(),
-      op: draft.op,
-      bucket: draft.bucket ?? null,
-      key: draft.key ?? null,
-      prefix: draft.prefix ?? null,
-      token: draft.token ?? null,
-      leaseId: draft.leaseId ?? null,
-      owner: draft.owner ?? null,
-      principal: draft.principal ?? null,
-      decision: draft.decision,
-      reason: draft.reason ?? null,
-      highestToken: draft.highestToken ?? null,
-      requestId: draft.requestId ?? null,
-      gateway: draft.gateway ?? gatewayId,
-      ...transactionFields(draft.transactionId, draft.keys),
-    };
+    const record = recordOf(draft, timeMs, gatewayId);
     const { lastInsertRowid } = insert.run(
       record.time,
       timeMs,

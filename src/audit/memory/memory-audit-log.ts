@@ -8,7 +8,7 @@ import {
   type AuditRecord,
   DEFAULT_AUDIT_LIMIT,
   MAX_AUDIT_LIMIT,
-  transactionFields,
+  recordOf,
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
 
@@ -51,24 +51,7 @@ export function createMemoryAuditLog({
     open();
     const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
     const seqBefore = lastSeq;
-    const record: AuditRecord = {
-      seq: seqBefore + 1,
-      time: new Date(timeMs).toISOString(),
-      op: draft.op,
-      bucket: draft.bucket ?? null,
-      key: draft.key ?? null,
-      prefix: draft.prefix ?? null,
-      token: draft.token ?? null,
-      leaseId: draft.leaseId ?? null,
-      owner: draft.owner ?? null,
-      principal: draft.principal ?? null,
-      decision: draft.decision,
-      reason: draft.reason ?? null,
-      highestToken: draft.highestToken ?? null,
-      requestId: draft.requestId ?? null,
-      gateway: draft.gateway ?? gatewayId,
-      ...transactionFields(draft.transactionId, draft.keys),
-    };
+    const record: AuditRecord = { seq: seqBefore + 1, ...recordOf(draft, timeMs, gatewayId) };
     const stored = { record, timeMs };
     records.push(stored);
     lastSeq = record.seq;

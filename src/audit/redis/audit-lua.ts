@@ -30,6 +30,3 @@ export const AUDIT_INDEXES = {
   op: "o",
   transactionId: "tx",
 } as const;
-
-/** The key prefix used when the configuration names none (the hash tag keeps one slot). */
-export const DEFAULT_REDIS_KEY_PREFIX = "{fencegate}";

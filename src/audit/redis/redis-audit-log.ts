@@ -2,7 +2,11 @@ import type { Redis } from "ioredis";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError, isDomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
-import { type InScriptAppends, redisServerOf } from "../../core/redis/audit-append.js";
+import {
+  DEFAULT_REDIS_KEY_PREFIX,
+  type InScriptAppends,
+  redisServerOf,
+} from "../../core/redis/audit-append.js";
 import { assertFailClosed, openFailClosedRedis } from "../../core/redis-connection.js";
 import {
   type AuditDraft,
@@ -11,10 +15,10 @@ import {
   type AuditRecord,
   DEFAULT_AUDIT_LIMIT,
   MAX_AUDIT_LIMIT,
-  transactionFields,
+  recordOf,
 } from "../audit-log.js";
 import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
-import { AUDIT_INDEXES, DEFAULT_REDIS_KEY_PREFIX } from "./audit-lua.js";
+import { AUDIT_INDEXES } from "./audit-lua.js";
 import { APPEND, APPEND_ONCE, QUERY, RESTORE, TRIM, UNLOCK } from "./audit-scripts.js";
 import { draftFields, parseFilters, parseTime, recordFrom } from "./record-codec.js";
 import { type Archiver, createArchiver, type RedisAuditRetention } from "./redis-archiver.js";
@@ -208,24 +212,7 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
         }),
       );
       seen(seq);
-      return {
-        seq,
-        time: new Date(timeMs).toISOString(),
-        op: draft.op,
-        bucket: draft.bucket ?? null,
-        key: draft.key ?? null,
-        prefix: draft.prefix ?? null,
-        token: draft.token ?? null,
-        leaseId: draft.leaseId ?? null,
-        owner: draft.owner ?? null,
-        principal: draft.principal ?? null,
-        decision: draft.decision,
-        reason: draft.reason ?? null,
-        highestToken: draft.highestToken ?? null,
-        requestId: draft.requestId ?? null,
-        gateway: gatewayId,
-        ...transactionFields(draft.transactionId, draft.keys),
-      };
+      return { seq, ...recordOf(draft, timeMs, gatewayId) };
     },
 
     async appendOnce(draft: AuditDraft, once: string, unless?: string): Promise<boolean> {

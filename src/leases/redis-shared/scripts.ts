@@ -1,7 +1,17 @@
 import { LuaScript } from "../../core/lua-source.js";
-import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "./lua/delegate-scripts.js";
-import { FORGET_INTENTS, INTENTS_UNDER } from "./lua/intent-scripts.js";
-import { COLLECT_EXPIRED, FIND_COVERING, FIND_NEWER, GET, LIST, RENEW, SWEEP } from "./lua/lease-scripts.js";
+import * as L from "./lua/lease-scripts.js";
+
+/** What both stores do unless configured otherwise, and how much one script call takes on. */
+export const DEFAULTS = {
+  /** How long an ended lease stays answerable (get, findNewerOverlapping): 24 h. */
+  retainMs: 24 * 60 * 60 * 1000,
+  /** Minimum interval between retention sweeps (run from collectExpired). */
+  sweepEveryMs: 60_000,
+  /** Ended leases one sweep looks at, at most. */
+  sweepLimit: 500,
+  /** Expired leases one collectExpired reports, at most. */
+  collectLimit: 1000,
+} as const;
 
 /**
  * The scripts one Redis and each Redlock instance run as they are (same key layout, same
@@ -9,16 +19,16 @@ import { COLLECT_EXPIRED, FIND_COVERING, FIND_NEWER, GET, LIST, RENEW, SWEEP } f
  * wakes its waiters), are each store's own.
  */
 export const SHARED_SCRIPTS = {
-  renew: new LuaScript("renew", RENEW),
-  collectExpired: new LuaScript("collect-expired", COLLECT_EXPIRED),
-  sweep: new LuaScript("sweep", SWEEP),
-  get: new LuaScript("get", GET),
-  list: new LuaScript("list", LIST),
-  findCovering: new LuaScript("find-covering", FIND_COVERING),
-  findNewer: new LuaScript("find-newer", FIND_NEWER),
-  forgetIntents: new LuaScript("forget-intents", FORGET_INTENTS),
-  intentsUnder: new LuaScript("intents-under", INTENTS_UNDER),
-  addDelegate: new LuaScript("add-delegate", ADD_DELEGATE),
-  listDelegates: new LuaScript("list-delegates", LIST_DELEGATES),
-  removeDelegate: new LuaScript("remove-delegate", REMOVE_DELEGATE),
+  renew: new LuaScript("renew", L.RENEW),
+  collectExpired: new LuaScript("collect-expired", L.COLLECT_EXPIRED),
+  sweep: new LuaScript("sweep", L.SWEEP),
+  get: new LuaScript("get", L.GET),
+  list: new LuaScript("list", L.LIST),
+  findCovering: new LuaScript("find-covering", L.FIND_COVERING),
+  findNewer: new LuaScript("find-newer", L.FIND_NEWER),
+  forgetIntents: new LuaScript("forget-intents", L.FORGET_INTENTS),
+  intentsUnder: new LuaScript("intents-under", L.INTENTS_UNDER),
+  addDelegate: new LuaScript("add-delegate", L.ADD_DELEGATE),
+  listDelegates: new LuaScript("list-delegates", L.LIST_DELEGATES),
+  removeDelegate: new LuaScript("remove-delegate", L.REMOVE_DELEGATE),
 };

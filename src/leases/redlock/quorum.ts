@@ -4,11 +4,13 @@ import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { LuaScript } from "../../core/lua-source.js";
-import { openFailClosedRedis } from "../../core/redis-connection.js";
+import { DEFAULT_REDIS_KEY_PREFIX } from "../../core/redis/audit-append.js";
+import { openFailClosedRedis, warnOnErrors } from "../../core/redis-connection.js";
 import type { LeaseRecord } from "../lease-store.js";
 import { EPOCH_SPAN, type EpochStore, MAX_EPOCH } from "../redis-shared/epoch-store.js";
 import { redactUrl } from "../redis-shared/redact-url.js";
 import { checkRedisSettings } from "../redis-shared/redis-settings.js";
+import { DEFAULTS } from "../redis-shared/scripts.js";
 import { INSTALL_FLOOR, READ_FLOOR, READ_INTENTS, SETTLE_INTENTS } from "./lua/redlock-scripts.js";
 
 /**
@@ -22,14 +24,29 @@ import { INSTALL_FLOOR, READ_FLOOR, READ_INTENTS, SETTLE_INTENTS } from "./lua/r
  */
 
 export type QuorumOptions = {
+  /** The independent Redis masters (3 or 5 recommended), redis:// or rediss:// URLs. */
   urls: readonly string[];
+  /** Where token epochs live durably (see ../redis-shared/epoch-store.ts). */
   epochs: EpochStore;
+  /**
+   * The clock that decides expiry on every instance (passed to each script; each instance keeps
+   * a high-water mark so that time never goes back for its leases).
+   */
   clock: Clock;
+  /**
+   * How long an instance that lost its data (restarted, its run id changed, or its floor gone)
+   * stays out of the quorum: at least the longest lease TTL, so that every lease it forgot has
+   * expired before it votes again.
+   */
   quarantineMs: number;
-  keyPrefix: string;
-  retainMs: number;
-  timeoutMs: number;
-  checkEveryMs: number;
+  /** Every key starts with this on every instance. Default {fencegate}. */
+  keyPrefix?: string;
+  /** How long an ended lease stays answerable. Default 24h. */
+  retainMs?: number;
+  /** A command unanswered by then fails on that instance. Default 2 s. */
+  commandTimeoutMs?: number;
+  /** How often every instance's run id and floor are checked besides every token operation. Default 5 s. */
+  checkEveryMs?: number;
   log?: Logger;
 };
 
@@ -84,49 +101,14 @@ export type Floor = {
 /** An answer that counts: from an instance that may vote, that answered. */
 export type Counted = { inst: Instance; reply: unknown };
 
-export type Quorum = {
-  /** How many instances, and how many make a majority. */
-  readonly N: number;
-  readonly Q: number;
-  /** LeaseStoreUnavailable, naming every instance. */
-  unavailable(why: string): DomainError;
-  /** Whether an instance's answers count toward a majority now. */
-  eligible(inst: Instance): boolean;
-  /** Runs a script on every instance (or `only`) in parallel, with one `now` for all. */
-  onAll(
-    script: LuaScript,
-    args: readonly (string | number)[] | ((inst: Instance) => readonly (string | number)[]),
-    only?: readonly Instance[],
-  ): Promise<Answer[]>;
-  /** The answers that count. */
-  counted(answers: Answer[]): Counted[];
-  /** The answers that count, or LeaseStoreUnavailable when fewer than a majority answered. */
-  majority(answers: Answer[]): Counted[];
-  /** Why `answers` are not a majority, instance by instance. */
-  explain(answers: Answer[]): string;
-  /** Phase 1 of a token: one above the highest counter of a majority of known floors. */
-  proposeToken(): Promise<number>;
-  /** Runs `work` after every token operation this gateway started before it. */
-  serialized<T>(work: () => Promise<T>): Promise<T>;
-  /** A random pause before attempt `attempt` of an operation whose proposal collided. */
-  jitter(attempt: number): Promise<void>;
-  checkFloors(): Promise<void>;
-  checkSettings(): Promise<void>;
-  ping(): Promise<void>;
-  ready(waitMs: number): Promise<boolean>;
-  describe(): {
-    url: string;
-    connected: boolean;
-    quarantinedUntil: number;
-    intentsPending: boolean;
-    unsafe: string | null;
-  }[];
-  close(): void;
-};
+export type Quorum = ReturnType<typeof createQuorum>;
 
-export function createQuorum(opts: QuorumOptions): Quorum {
+export function createQuorum(opts: QuorumOptions) {
   if (opts.urls.length === 0) throw new Error("the Redlock lease store needs at least one Redis URL");
-  const { clock, keyPrefix: P, retainMs, timeoutMs } = opts;
+  const { clock } = opts;
+  const P = opts.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
+  const retainMs = opts.retainMs ?? DEFAULTS.retainMs;
+  const timeoutMs = opts.commandTimeoutMs ?? 2_000;
   const N = opts.urls.length;
   const Q = Math.floor(N / 2) + 1;
 
@@ -139,14 +121,9 @@ export function createQuorum(opts: QuorumOptions): Quorum {
     const where = redactUrl(url);
     const redis = openFailClosedRedis(url, { timeoutMs });
     const inst: Instance = { index, where, redis, quarantinedUntil: 0, intentsPending: false, unsafe: null };
-    let lastError = "";
-    redis.on("error", (e: Error) => {
-      if (e.message !== lastError) opts.log?.warn({ err: e.message, redis: where }, "Redlock lease store");
-      lastError = e.message;
-    });
+    warnOnErrors(redis, opts.log, "Redlock lease store", where);
     // A new connection may be to a restarted server: its floor is checked before it counts.
     redis.on("ready", () => {
-      lastError = "";
       // A moment later, so that instances connecting together are checked together.
       checkSettings(inst);
       setTimeout(() => {
@@ -213,15 +190,15 @@ export function createQuorum(opts: QuorumOptions): Quorum {
   }
 
   /** The answers that count: from instances out of quarantine, that answered. */
-  function counted(answers: Answer[]): { inst: Instance; reply: unknown }[] {
-    const out: { inst: Instance; reply: unknown }[] = [];
+  function counted(answers: Answer[]): Counted[] {
+    const out: Counted[] = [];
     for (const a of answers)
       if (a.error === undefined && eligible(a.inst)) out.push({ inst: a.inst, reply: a.reply });
     return out;
   }
 
   /** The counted answers, or LeaseStoreUnavailable when fewer than a majority answered. */
-  function majority(answers: Answer[]): { inst: Instance; reply: unknown }[] {
+  function majority(answers: Answer[]): Counted[] {
     const ok = counted(answers);
     if (ok.length >= Q) return ok;
     throw unavailable(explain(answers));
@@ -498,7 +475,7 @@ export function createQuorum(opts: QuorumOptions): Quorum {
     return `a majority (${Q} of ${N}) of the Redis instances must answer; ${parts.join("; ")}`;
   }
 
-  // ---- one operation at a time takes tokens in this gateway ----
+  // ---- one operation at a time takes tokens in this gateway (serialized) ----
 
   let tokenQueue: Promise<unknown> = Promise.resolve();
   function serialized<T>(work: () => Promise<T>): Promise<T> {
@@ -518,14 +495,17 @@ export function createQuorum(opts: QuorumOptions): Quorum {
     explain,
     proposeToken,
     serialized,
-    jitter: (attempt) =>
+    /** A random pause before attempt `attempt` of an operation whose proposed token collided. */
+    jitter: (attempt: number) =>
       new Promise<void>((resolve) => setTimeout(resolve, randomInt(1, 10 + 20 * Math.min(attempt, 5)))),
     checkFloors,
 
+    /** Checks every connected instance's settings now. */
     async checkSettings() {
       await Promise.all(instances.filter((i) => i.redis.status === "ready").map(checkSettings));
     },
 
+    /** Throws LeaseStoreUnavailable unless a majority answers PING. */
     async ping() {
       if (closed) throw unavailable("the store is closed");
       const answers: Answer[] = await Promise.all(
@@ -541,7 +521,8 @@ export function createQuorum(opts: QuorumOptions): Quorum {
       majority(answers);
     },
 
-    async ready(waitMs) {
+    /** Resolves true once a majority is connected with known floors, false after `waitMs`. */
+    async ready(waitMs: number) {
       const deadline = Date.now() + waitMs;
       for (;;) {
         if (instances.filter((i) => i.redis.status === "ready").length >= Q) {
@@ -557,6 +538,7 @@ export function createQuorum(opts: QuorumOptions): Quorum {
       }
     },
 
+    /** Per instance: its URL, whether it answers, and what keeps it out of the quorum. */
     describe() {
       return instances.map((i) => ({
         url: i.where,

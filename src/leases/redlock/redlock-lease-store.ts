@@ -1,9 +1,6 @@
 import { randomBytes } from "node:crypto";
-import type { Clock } from "../../core/clock.js";
-import { DomainError } from "../../core/errors.js";
-import type { Logger } from "../../core/log.js";
 import { LuaScript } from "../../core/lua-source.js";
-import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
+import { leaseNotFound, lostByExpiry, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
   BreakResult,
@@ -14,46 +11,26 @@ import type {
   LeaseStore,
 } from "../lease-store.js";
 import { validateAcquire, validateTtl } from "../memory/validate.js";
-import type { EpochStore } from "../redis-shared/epoch-store.js";
 import {
+  acquireArgs,
+  decodeDelegate,
   decodeIntents,
   decodeLease,
   decodeLeases,
   encodeLease,
+  intentArgs,
+  listArgs,
   resourceArgs,
   throwIntentRefusal,
 } from "../redis-shared/lease-codec.js";
 import { RELEASE } from "../redis-shared/lua/lease-scripts.js";
-import { SHARED_SCRIPTS } from "../redis-shared/scripts.js";
+import { DEFAULTS, SHARED_SCRIPTS } from "../redis-shared/scripts.js";
 import { ACQUIRE_AT, BEGIN_COMMIT_AT, BREAK_AT, DISCARD, RESTORE } from "./lua/redlock-scripts.js";
-import { createQuorum, type Instance, merge, tally } from "./quorum.js";
+import { createQuorum, type Instance, merge, type Quorum, type QuorumOptions, tally } from "./quorum.js";
 
-export type RedlockLeaseStoreOptions = {
-  /** The independent Redis masters (3 or 5 recommended), redis:// or rediss:// URLs. */
-  urls: readonly string[];
-  /** Where token epochs live durably (see ../redis-shared/epoch-store.ts). */
-  epochs: EpochStore;
-  /**
-   * The clock that decides expiry on every instance (passed to each script; each instance keeps
-   * a high-water mark so that time never goes back for its leases).
-   */
-  clock: Clock;
-  /**
-   * How long an instance that lost its data (restarted, its run id changed, or its floor gone)
-   * stays out of the quorum: at least the longest lease TTL, so that every lease it forgot has
-   * expired before it votes again.
-   */
-  quarantineMs: number;
-  /** Every key starts with this on every instance. Default {fencegate}. */
-  keyPrefix?: string;
-  /** How long an ended lease stays answerable. Default 24h. */
-  retainMs?: number;
+export type RedlockLeaseStoreOptions = QuorumOptions & {
   /** Minimum interval between retention sweeps (run from collectExpired). Default 1 min. */
   sweepEveryMs?: number;
-  /** A command unanswered by then fails on that instance. Default 2 s. */
-  commandTimeoutMs?: number;
-  /** How often every instance's run id and floor are checked besides every token operation. Default 5 s. */
-  checkEveryMs?: number;
   /**
    * The fixed part of the clock-drift allowance: a grant is valid only while TTL − time spent
    * acquiring − (1% of the TTL + this) is positive. Default 2 ms.
@@ -61,7 +38,6 @@ export type RedlockLeaseStoreOptions = {
   driftAllowanceMs?: number;
   /** Attempts of one acquire when proposals collide (random jitter between them). Default 10. */
   maxAttempts?: number;
-  log?: Logger;
 };
 
 export type RedlockLeaseStore = LeaseStore & {
@@ -76,13 +52,7 @@ export type RedlockLeaseStore = LeaseStore & {
    * none), whether it waits for its commit intents to be settled after a loss of data, and the
    * unsafe settings that keep it out of the quorum.
    */
-  instances(): {
-    url: string;
-    connected: boolean;
-    quarantinedUntil: number;
-    intentsPending: boolean;
-    unsafe: string | null;
-  }[];
+  instances(): ReturnType<Quorum["describe"]>;
   /**
    * Reads every instance's floor now, installing it (with the live commit intents) where it is
    * unknown, and settling the intents of instances whose quarantine is over (also runs by itself).
@@ -93,10 +63,6 @@ export type RedlockLeaseStore = LeaseStore & {
   /** Forgets ended leases older than retainMs on every instance. */
   sweep(): Promise<number>;
 };
-
-const DAY_MS = 24 * 60 * 60 * 1000;
-const COLLECT_LIMIT = 1000;
-const SWEEP_LIMIT = 500;
 
 const S = {
   ...SHARED_SCRIPTS,
@@ -159,21 +125,10 @@ const S = {
  * commandTimeoutMs; without a majority every operation throws DomainError LeaseStoreUnavailable.
  */
 export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): RedlockLeaseStore {
-  const retainMs = opts.retainMs ?? DAY_MS;
-  const sweepEveryMs = opts.sweepEveryMs ?? 60_000;
+  const sweepEveryMs = opts.sweepEveryMs ?? DEFAULTS.sweepEveryMs;
   const maxAttempts = opts.maxAttempts ?? 10;
   const clock = opts.clock;
-  const quorum = createQuorum({
-    urls: opts.urls,
-    epochs: opts.epochs,
-    clock,
-    quarantineMs: opts.quarantineMs,
-    keyPrefix: opts.keyPrefix ?? "{fencegate}",
-    retainMs,
-    timeoutMs: opts.commandTimeoutMs ?? 2_000,
-    checkEveryMs: opts.checkEveryMs ?? 5_000,
-    log: opts.log,
-  });
+  const quorum = createQuorum(opts);
   const { Q, onAll, counted, majority, explain, unavailable, eligible, proposeToken, serialized, jitter } =
     quorum;
   const checkFloors = quorum.checkFloors;
@@ -192,10 +147,8 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
   ): Promise<AcquireResult | { retry: string; heldBy?: LeaseRecord }> {
     const startedAt = clock();
     const t = await proposeToken();
-    const [kind, s] = resourceArgs(input.resource);
     const id = newLeaseId();
-    const args = [kind, input.resource.bucket, s, input.owner, input.ttlMs, id, input.principal ?? "", t];
-    const answers = await onAll(S.acquire, args);
+    const answers = await onAll(S.acquire, [...acquireArgs(input, id), t]);
     const granted: { inst: Instance; lease: LeaseRecord; expired: LeaseRecord[] }[] = [];
     const held: LeaseRecord[] = [];
     const intents: CommitIntentRef[] = [];
@@ -259,7 +212,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     const now = Date.now();
     if (now - lastSweepAt < sweepEveryMs && now >= lastSweepAt) return;
     lastSweepAt = now;
-    await onAll(S.sweep, [SWEEP_LIMIT]);
+    await onAll(S.sweep, [DEFAULTS.sweepLimit]);
   }
   let lastSweepAt = Number.NEGATIVE_INFINITY;
 
@@ -323,11 +276,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         throw lostByRelease(leaseId, broken > 0);
       }
       if (expired.length > 0 && released + expired.length + by("notfound").length >= Q) {
-        const at = new Date(Number((expired[0]!.reply as unknown[])[1])).toISOString();
-        throw new DomainError("LeaseLost", `lease ${leaseId} expired at ${at}`, {
-          leaseId,
-          reason: "expired",
-        });
+        throw lostByExpiry(leaseId, Number((expired[0]!.reply as unknown[])[1]));
       }
       throw unavailable(`the renewal did not reach a majority in time: ${explain(answers)}`);
     },
@@ -396,19 +345,11 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       for (const a of ok) {
         (a.reply as Array<string | null>).forEach((json, at) => {
           if (json === null) return;
-          const r = JSON.parse(json) as Record<string, string>;
-          const k = `${r.leaseId} ${r.delegateId}`;
+          const d = decodeDelegate(json);
+          const k = `${d.leaseId} ${d.delegateId}`;
           const v = votes.get(k);
           if (v) v.votes++;
-          else {
-            const d = {
-              delegateId: r.delegateId!,
-              leaseId: r.leaseId!,
-              createdBy: r.createdBy!,
-              createdAt: Number(r.createdAt),
-            };
-            votes.set(k, { d, votes: 1, at });
-          }
+          else votes.set(k, { d, votes: 1, at });
         });
       }
       return [...votes.values()]
@@ -422,14 +363,8 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       return ok.some((a) => Number(a.reply) === 1);
     },
 
-    async list({ bucket, prefix }) {
-      const args = [
-        bucket ?? "",
-        bucket === undefined ? "0" : "1",
-        prefix ?? "",
-        prefix === undefined ? "0" : "1",
-      ];
-      const ok = majority(await onAll(S.list, args));
+    async list(filter) {
+      const ok = majority(await onAll(S.list, listArgs(filter)));
       return tally(ok.map((a) => decodeLeases(a.reply)))
         .filter((v) => v.votes >= Q)
         .map((v) => v.lease);
@@ -450,7 +385,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
     },
 
     async collectExpired() {
-      const ok = majority(await onAll(S.collectExpired, [COLLECT_LIMIT]));
+      const ok = majority(await onAll(S.collectExpired, [DEFAULTS.collectLimit]));
       // Each instance reports an expiry once; the call that saw a majority report it reports it.
       // The one-Redis script answers {'ok', leases, seq} (older versions: the leases alone).
       const leasesOf = (r: unknown) => decodeLeases(Array.isArray(r) && r[0] === "ok" ? r[1] : r);
@@ -467,16 +402,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       // An unfenced write's ceiling: the highest counter of a majority, raised to on every instance
       // that records the intent, so that every later token is above it.
       const ceiling = fenced ? 0 : (await proposeToken()) - 1;
-      const args = [
-        intentId,
-        intent.kind,
-        intent.bucket,
-        intent.key,
-        fenced ? intent.leaseId : "",
-        fenced ? intent.token : 0,
-        ceiling,
-      ];
-      const answers = await onAll(S.beginCommit, args);
+      const answers = await onAll(S.beginCommit, [...intentArgs(intentId, intent), ceiling]);
       const ok = counted(answers);
       const recorded = ok.filter((a) => (a.reply as unknown[])[0] === "ok");
       if (recorded.length >= Q) {
@@ -526,7 +452,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
 
     async sweep() {
       lastSweepAt = Date.now();
-      const ok = majority(await onAll(S.sweep, [SWEEP_LIMIT]));
+      const ok = majority(await onAll(S.sweep, [DEFAULTS.sweepLimit]));
       return Math.max(0, ...ok.map((a) => Number(a.reply)));
     },
   };

@@ -60,3 +60,35 @@ export const FIND_COVERING = lua("find-covering.lua", { PRELUDE });
 
 /** ARGV[3..6]: kind ('k' | 'p'), bucket, key or prefix, token of the lease asked about. */
 export const FIND_NEWER = lua("find-newer.lua", { PRELUDE });
+
+/**
+ * The two halves of a begin-commit script that one Redis and each Redlock instance share:
+ * `intent_refusal` answers the refusal of a write (nil when it may go on: no active lease covers
+ * an unfenced write's key, a fenced write's lease is current), `file_intent` records the intent by
+ * object, so that a grant finds the intents under its resource without reading others.
+ * `put_intent` is the record itself, also used by the Redlock repair to copy intents onto an
+ * instance that lost them.
+ */
+export const INTENT_STEPS = lua("intent-steps.lua");
+
+/** ARGV[3..5]: kind ('k' | 'p'), bucket, key or prefix. Answers (id, bucket, key) triples. */
+export const INTENTS_UNDER = lua("intents-under.lua", { PRELUDE });
+
+/** ARGV[3..]: intent ids; unknown ones are ignored (endCommit and clearIntents alike). */
+export const FORGET_INTENTS = lua("forget-intents.lua", { PRELUDE });
+
+/**
+ * A lease's delegates (LeaseStore.addDelegate and friends): `P:dlg` every delegate by creation
+ * order (a sequence from `P:dlgseq`), member `<lease id> <delegate id>`; `P:dlgl:<lease id>`
+ * one lease's delegates, same order; `P:dlgr` the records (JSON) by member. Retention's sweep
+ * forgets them with their lease (SWEEP calls forget_delegates).
+ */
+
+/** ARGV[3..6]: lease id, delegate id, created by, created at. Answers 'ok' or 'notfound'. */
+export const ADD_DELEGATE = lua("add-delegate.lua", { PRELUDE });
+
+/** ARGV[3]: lease id, '' for every lease. Answers the records (JSON) in creation order. */
+export const LIST_DELEGATES = lua("list-delegates.lua", { PRELUDE });
+
+/** ARGV[3..4]: lease id, delegate id. Answers 1 when removed, 0 when the lease had no such delegate. */
+export const REMOVE_DELEGATE = lua("remove-delegate.lua", { PRELUDE });

@@ -285,3 +285,16 @@ local function stored(l)
   for i = 1, #l.raw, 2 do f[l.raw[i]] = l.raw[i + 1] end
   return f
 end
+-- An administrator's break of open lease l: released and marked broken ('brk': what a refusal of
+-- its holder later says) if active; if it had expired unnoticed, its expiry is recorded first.
+local function break_open(l, now)
+  if is_active(l, now) then
+    record_event(stored(l))
+    redis.call('HSET', LEASE .. l.id, 'rel', fmt(now), 'brk', fmt(now))
+    end_lease(l, now, now)
+  else
+    record_event(stored(l), 'LeaseExpired')
+    record_event(stored(l))
+    end_lease(l, l.exp, now)
+  end
+end

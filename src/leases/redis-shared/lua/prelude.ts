@@ -25,7 +25,7 @@ const lua = luaFiles(import.meta.url);
  *              (findNewerOverlapping), until retention forgets it;
  * - `P:exp`    open leases by expiresAt (collectExpired, list); `P:forget` ended leases by the
  *              time retention forgets them;
- * - `P:dlg`, `P:dlgl:<id>`, `P:dlgr`  delegates (delegate-scripts.ts);
+ * - `P:dlg`, `P:dlgl:<id>`, `P:dlgr`  delegates (lease-scripts.ts);
  * - `P:intent:<id>` hash: b, k, lid, tok, at; `P:ik:<b>` the keys with intents (lexicographic),
  *              `P:ikl:<b>:<k>` the intent ids of one key.
  * <b> is the bucket prefixed with its length, so that no bucket/key pair reads as another.

@@ -1,5 +1,5 @@
 import { luaFiles } from "../../../core/lua-source.js";
-import { INTENT_STEPS } from "../../redis-shared/lua/intent-scripts.js";
+import { INTENT_STEPS } from "../../redis-shared/lua/lease-scripts.js";
 import { PRELUDE } from "../../redis-shared/lua/prelude.js";
 
 const lua = luaFiles(import.meta.url);
