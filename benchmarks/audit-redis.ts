@@ -9,7 +9,7 @@
  */
 import { parseArgs } from "node:util";
 import type { AuditDraft, AuditQuery } from "../src/audit/audit-log.js";
-import { encodeCursor } from "../src/audit/embedded/cursor.js";
+import { encodeCursor } from "../src/audit/cursor.js";
 import { APPEND } from "../src/audit/redis/audit-scripts.js";
 import { draftFields } from "../src/audit/redis/record-codec.js";
 import { connectRedis, createRedisAuditLog } from "../src/audit/redis/redis-audit-log.js";

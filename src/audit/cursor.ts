@@ -1,4 +1,4 @@
-import { DomainError } from "../../core/errors.js";
+import { DomainError } from "../core/errors.js";
 
 // A cursor is the last seq a page returned, wrapped so clients treat it as opaque (and so a
 // later format can be told apart by its version tag).

@@ -1,5 +1,5 @@
 import type { AuditLog, AuditQuery, AuditRecord } from "../audit/audit-log.js";
-import { encodeCursor } from "../audit/embedded/cursor.js";
+import { encodeCursor } from "../audit/cursor.js";
 import type { Logger } from "../core/log.js";
 
 export type TailOptions = {

@@ -1,3 +1,4 @@
+import type { EventEmitter } from "node:events";
 import { Redis } from "ioredis";
 import type { Logger } from "./log.js";
 
@@ -46,6 +47,24 @@ export function warnOnErrors(redis: Redis, log: Logger | undefined, what: string
   });
 }
 
+/** Resolves true when `emitter` emits `event` within `ms`, false otherwise. */
+export function eventWithin(
+  emitter: Pick<EventEmitter, "on" | "off">,
+  event: string,
+  ms: number,
+): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      emitter.off(event, onEvent);
+      resolve(ok);
+    };
+    const onEvent = () => done(true);
+    const timer = setTimeout(() => done(false), ms);
+    emitter.on(event, onEvent);
+  });
+}
+
 /** What keeps `redis` from failing closed (empty when it does). */
 export function failClosedProblems(redis: Redis): string[] {
   const o = redis.options;
@@ -87,4 +106,15 @@ export function openSubscriber(redis: Redis): Redis {
     maxRetriesPerRequest: null,
     commandTimeout: undefined,
   });
+}
+
+/** The URL without its password, for messages and logs. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return "(unparsable URL)";
+  }
 }

@@ -4,6 +4,7 @@ import { ConfigError } from "../config/load.js";
 import type { Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
+import { redactUrl } from "../core/redis-connection.js";
 import type { EmbeddedDb } from "../embedded/db.js";
 import { legacyObjectFloor, withFloors } from "../epochs/epoch-floors.js";
 import { grantsNeedEpochs } from "../epochs/grant-guard.js";
@@ -13,7 +14,6 @@ import type { LeaseStore } from "../leases/lease-store.js";
 import { createRedisLeaseStore } from "../leases/redis/redis-lease-store.js";
 import type { EpochStore } from "../leases/redis-shared/epoch-store.js";
 import { createFileEpochStore } from "../leases/redis-shared/file-epoch-store.js";
-import { redactUrl } from "../leases/redis-shared/redact-url.js";
 import { createRedlockLeaseStore } from "../leases/redlock/redlock-lease-store.js";
 
 /** How long the start waits for Redis before serving with lease calls answering 503. */

@@ -6,12 +6,13 @@ import {
   type AuditLog,
   type AuditQuery,
   type AuditRecord,
-  DEFAULT_AUDIT_LIMIT,
-  MAX_AUDIT_LIMIT,
+  clampLimit,
+  draftTime,
+  parseTime,
   recordOf,
   transactionFields,
 } from "../audit-log.js";
-import { decodeCursor, encodeCursor } from "./cursor.js";
+import { decodeCursor, encodeCursor } from "../cursor.js";
 import { createAuditPlanner, type EqualColumn, type PlannedFilters } from "./query-plan.js";
 import { migrateAuditTables } from "./schema.js";
 
@@ -105,7 +106,7 @@ export function createEmbeddedAuditLog({
 
   const appendInStep = (draft: AuditDraft): AuditRecord => {
     open();
-    const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+    const timeMs = draftTime(draft, clock);
     const record = recordOf(draft, timeMs, gatewayId);
     const { lastInsertRowid } = insert.run(
       record.time,
@@ -223,17 +224,4 @@ function toRecord(row: AuditRow): AuditRecord {
       row.transaction_keys === null ? null : (JSON.parse(row.transaction_keys) as string[]),
     ),
   };
-}
-
-function parseTime(value: string, field: string): number {
-  const ms = Date.parse(value);
-  if (Number.isNaN(ms))
-    throw new DomainError("InvalidArgument", `${field} is not an ISO 8601 time: ${value}`);
-  return ms;
-}
-
-/** The API validates the bounds; this only keeps a bad caller from asking for everything. */
-function clampLimit(limit: number): number {
-  if (!Number.isFinite(limit)) return DEFAULT_AUDIT_LIMIT;
-  return Math.min(MAX_AUDIT_LIMIT, Math.max(1, Math.floor(limit)));
 }

@@ -6,11 +6,13 @@ import {
   type AuditLog,
   type AuditQuery,
   type AuditRecord,
-  DEFAULT_AUDIT_LIMIT,
-  MAX_AUDIT_LIMIT,
+  clampLimit,
+  draftTime,
+  matches,
+  parseFilters,
   recordOf,
 } from "../audit-log.js";
-import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
+import { decodeCursor, encodeCursor } from "../cursor.js";
 
 export type MemoryAuditLogOptions = {
   /** This gateway instance, written into every record's `gateway`. */
@@ -49,7 +51,7 @@ export function createMemoryAuditLog({
 
   const appendInStep = (draft: AuditDraft): AuditRecord => {
     open();
-    const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+    const timeMs = draftTime(draft, clock);
     const seqBefore = lastSeq;
     const record: AuditRecord = { seq: seqBefore + 1, ...recordOf(draft, timeMs, gatewayId) };
     const stored = { record, timeMs };
@@ -86,14 +88,14 @@ export function createMemoryAuditLog({
 
     async query(query: AuditQuery) {
       open();
-      const matches = matcher(query);
+      const filters = parseFilters(query);
       const after = query.cursor === undefined ? 0 : decodeCursor(query.cursor);
       const limit = clampLimit(query.limit);
       const found: AuditRecord[] = [];
       // One more than asked tells whether another page exists.
       for (let i = firstAfter(records, after); i < records.length && found.length <= limit; i++) {
         const stored = records[i]!;
-        if (matches(stored)) found.push(stored.record);
+        if (matches(filters, stored.record)) found.push(stored.record);
       }
       const page = found.slice(0, limit).map(copy);
       const last = page.at(-1);
@@ -108,34 +110,6 @@ export function createMemoryAuditLog({
       closed = true;
     },
   };
-}
-
-/** The embedded log's filters: equality on the given fields, prefix on key or lease prefix, time range. */
-function matcher(query: AuditQuery): (stored: Stored) => boolean {
-  const tests: Array<(stored: Stored) => boolean> = [];
-  const equal = <K extends keyof AuditRecord>(field: K, value: AuditRecord[K] | undefined) => {
-    if (value !== undefined) tests.push(({ record }) => record[field] === value);
-  };
-  equal("bucket", query.bucket);
-  equal("key", query.key);
-  equal("leaseId", query.leaseId);
-  equal("decision", query.decision);
-  equal("op", query.op);
-  equal("transactionId", query.transactionId);
-  const { prefix } = query;
-  // An empty prefix filters nothing, as in the embedded log.
-  if (prefix) {
-    tests.push(({ record }) => !!record.key?.startsWith(prefix) || !!record.prefix?.startsWith(prefix));
-  }
-  if (query.since !== undefined) {
-    const since = parseTime(query.since, "since");
-    tests.push(({ timeMs }) => timeMs >= since);
-  }
-  if (query.until !== undefined) {
-    const until = parseTime(query.until, "until");
-    tests.push(({ timeMs }) => timeMs < until);
-  }
-  return (stored) => tests.every((test) => test(stored));
 }
 
 /** A record to hand out: changing it (its keys included) changes nothing in the log. */
@@ -153,17 +127,4 @@ function firstAfter(records: readonly Stored[], seq: number): number {
     else hi = mid;
   }
   return lo;
-}
-
-function parseTime(value: string, field: string): number {
-  const ms = Date.parse(value);
-  if (Number.isNaN(ms))
-    throw new DomainError("InvalidArgument", `${field} is not an ISO 8601 time: ${value}`);
-  return ms;
-}
-
-/** The API validates the bounds; this only keeps a bad caller from asking for everything. */
-function clampLimit(limit: number): number {
-  if (!Number.isFinite(limit)) return DEFAULT_AUDIT_LIMIT;
-  return Math.min(MAX_AUDIT_LIMIT, Math.max(1, Math.floor(limit)));
 }

@@ -2,25 +2,32 @@ import type { Redis } from "ioredis";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError, isDomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
+import type { LuaScript } from "../../core/lua-source.js";
 import {
   DEFAULT_REDIS_KEY_PREFIX,
   type InScriptAppends,
   redisServerOf,
 } from "../../core/redis/audit-append.js";
-import { assertFailClosed, openFailClosedRedis } from "../../core/redis-connection.js";
+import {
+  assertFailClosed,
+  eventWithin,
+  openFailClosedRedis,
+  redactUrl,
+} from "../../core/redis-connection.js";
 import {
   type AuditDraft,
   type AuditLog,
   type AuditQuery,
   type AuditRecord,
-  DEFAULT_AUDIT_LIMIT,
-  MAX_AUDIT_LIMIT,
+  clampLimit,
+  draftTime,
+  parseFilters,
   recordOf,
 } from "../audit-log.js";
-import { decodeCursor, encodeCursor } from "../embedded/cursor.js";
+import { decodeCursor, encodeCursor } from "../cursor.js";
 import { AUDIT_INDEXES } from "./audit-lua.js";
 import { APPEND, APPEND_ONCE, QUERY, RESTORE, TRIM, UNLOCK } from "./audit-scripts.js";
-import { draftFields, parseFilters, parseTime, recordFrom } from "./record-codec.js";
+import { draftFields, recordFrom } from "./record-codec.js";
 import { type Archiver, createArchiver, type RedisAuditRetention } from "./redis-archiver.js";
 
 /** How long the key of a record appended once is kept: longer than a write's outcome stays unsettled. */
@@ -78,17 +85,7 @@ export function openRedis(url: string, commandTimeoutMs = 5_000): Redis {
 
 /** Resolves true once `redis` is ready, false after `waitMs` without it. */
 export function redisReady(redis: Redis, waitMs: number): Promise<boolean> {
-  if (redis.status === "ready") return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const done = (ok: boolean) => {
-      clearTimeout(timer);
-      redis.off("ready", onReady);
-      resolve(ok);
-    };
-    const onReady = () => done(true);
-    const timer = setTimeout(() => done(false), waitMs);
-    redis.on("ready", onReady);
-  });
+  return redis.status === "ready" ? Promise.resolve(true) : eventWithin(redis, "ready", waitMs);
 }
 
 /** openRedis, connected: rejects when Redis does not answer within the command timeout. */
@@ -96,7 +93,7 @@ export async function connectRedis(url: string, commandTimeoutMs = 5_000): Promi
   const redis = openRedis(url, commandTimeoutMs);
   if (await redisReady(redis, commandTimeoutMs)) return redis;
   redis.disconnect();
-  throw new Error(`cannot connect to Redis at ${url.replace(/\/\/[^@/]*@/, "//")}`);
+  throw new Error(`cannot connect to Redis at ${redactUrl(url)}`);
 }
 
 /**
@@ -180,6 +177,16 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
     if (closed) throw new DomainError("ServiceUnavailable", "the Redis audit log is closed");
   };
 
+  /** Runs an append script; when Redis lost the log, restores its counter and runs it once more. */
+  const runAppend = async (script: LuaScript, args: readonly (string | number)[]): Promise<number> =>
+    Number(
+      await script.run(redis, [prefix], args).catch(async (e: unknown) => {
+        if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
+        await restore().catch(unavailable);
+        return script.run(redis, [prefix], args).catch(unavailable);
+      }),
+    );
+
   return {
     kind: "redis",
     keyPrefix: prefix,
@@ -201,31 +208,18 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
 
     async append(draft: AuditDraft): Promise<AuditRecord> {
       open();
-      const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+      const timeMs = draftTime(draft, clock);
       const fields = draftFields(draft, timeMs, gatewayId);
-      const seq = Number(
-        await APPEND.run(redis, [prefix], fields).catch(async (e: unknown) => {
-          if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
-          // Redis lost the log: restore its counter, then append once more.
-          await restore().catch(unavailable);
-          return APPEND.run(redis, [prefix], fields).catch(unavailable);
-        }),
-      );
+      const seq = await runAppend(APPEND, fields);
       seen(seq);
       return { seq, ...recordOf(draft, timeMs, gatewayId) };
     },
 
     async appendOnce(draft: AuditDraft, once: string, unless?: string): Promise<boolean> {
       open();
-      const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+      const timeMs = draftTime(draft, clock);
       const args = [once, ONCE_KEPT_S, unless ?? "", ...draftFields(draft, timeMs, gatewayId)];
-      const seq = Number(
-        await APPEND_ONCE.run(redis, [prefix], args).catch(async (e: unknown) => {
-          if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
-          await restore().catch(unavailable);
-          return APPEND_ONCE.run(redis, [prefix], args).catch(unavailable);
-        }),
-      );
+      const seq = await runAppend(APPEND_ONCE, args);
       if (seq === 0) return false;
       seen(seq);
       return true;
@@ -245,15 +239,10 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
         filters.untilMs ?? "",
         filters.prefix ?? "",
       ];
-      const index = (name: string, value: string | undefined) => {
-        if (value !== undefined) args.push(name, value);
-      };
-      index(AUDIT_INDEXES.bucket, query.bucket);
-      index(AUDIT_INDEXES.key, query.key);
-      index(AUDIT_INDEXES.leaseId, query.leaseId);
-      index(AUDIT_INDEXES.decision, query.decision);
-      index(AUDIT_INDEXES.op, query.op);
-      index(AUDIT_INDEXES.transactionId, query.transactionId);
+      for (const [filter, index] of Object.entries(AUDIT_INDEXES)) {
+        const value = query[filter as keyof typeof AUDIT_INDEXES];
+        if (value !== undefined) args.push(index, value);
+      }
       const reply = (await QUERY.run(redis, [prefix], args).catch(unavailable)) as [
         "full" | "end" | "budget",
         number,
@@ -303,10 +292,4 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
       if (o.ownsConnection) redis.disconnect();
     },
   };
-}
-
-/** The API validates the bounds; this only keeps a bad caller from asking for everything. */
-function clampLimit(limit: number): number {
-  if (!Number.isFinite(limit)) return DEFAULT_AUDIT_LIMIT;
-  return Math.min(MAX_AUDIT_LIMIT, Math.max(1, Math.floor(limit)));
 }

@@ -13,14 +13,10 @@ export const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, s
   l.key !== undefined ? ["k", l.key] : ["p", l.prefix ?? ""];
 
 /** An acquire's arguments (ARGV[3..9] of the acquire scripts), for a new lease with id `id`. */
-export const acquireArgs = (input: AcquireInput, id: string): (string | number)[] => [
-  ...resourceArgs(input.resource),
-  input.resource.bucket,
-  input.owner,
-  input.ttlMs,
-  id,
-  input.principal ?? "",
-];
+export function acquireArgs(input: AcquireInput, id: string): (string | number)[] {
+  const [kind, s] = resourceArgs(input.resource);
+  return [kind, input.resource.bucket, s, input.owner, input.ttlMs, id, input.principal ?? ""];
+}
 
 /** A list's filters as the list script takes them: bucket, '1' when it filters, prefix, same. */
 export const listArgs = ({ bucket, prefix }: { bucket?: string; prefix?: string }): string[] => [

@@ -11,7 +11,7 @@ import {
   type InScriptAppends,
   redisServerOf,
 } from "../../core/redis/audit-append.js";
-import { openFailClosedRedis, warnOnErrors } from "../../core/redis-connection.js";
+import { eventWithin, openFailClosedRedis, redactUrl, warnOnErrors } from "../../core/redis-connection.js";
 import { leaseNotFound, lostByExpiry, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
@@ -34,7 +34,6 @@ import {
   throwIntentRefusal,
 } from "../redis-shared/lease-codec.js";
 import { EVENT_ARGS } from "../redis-shared/lua/prelude.js";
-import { redactUrl } from "../redis-shared/redact-url.js";
 import { checkRedisSettings, type RedisSettingsReport } from "../redis-shared/redis-settings.js";
 import { DEFAULTS, SHARED_SCRIPTS } from "../redis-shared/scripts.js";
 import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
@@ -481,16 +480,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       if (redis.status === "ready" && settings !== null && !settingsRefusal?.startsWith("checking")) {
         return Promise.resolve(true);
       }
-      return new Promise((resolve) => {
-        const done = (ok: boolean) => {
-          clearTimeout(timer);
-          settled.off("settled", onSettled);
-          resolve(ok);
-        };
-        const onSettled = () => done(true);
-        const timer = setTimeout(() => done(false), timeoutMs);
-        settled.on("settled", onSettled);
-      });
+      return eventWithin(settled, "settled", timeoutMs);
     },
 
     async sweep() {

@@ -5,22 +5,29 @@ import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { LuaScript } from "../../core/lua-source.js";
 import { DEFAULT_REDIS_KEY_PREFIX } from "../../core/redis/audit-append.js";
-import { openFailClosedRedis, warnOnErrors } from "../../core/redis-connection.js";
+import { openFailClosedRedis, redactUrl, warnOnErrors } from "../../core/redis-connection.js";
 import type { LeaseRecord } from "../lease-store.js";
 import { EPOCH_SPAN, type EpochStore, MAX_EPOCH } from "../redis-shared/epoch-store.js";
-import { redactUrl } from "../redis-shared/redact-url.js";
 import { checkRedisSettings } from "../redis-shared/redis-settings.js";
 import { DEFAULTS } from "../redis-shared/scripts.js";
 import { INSTALL_FLOOR, READ_FLOOR, READ_INTENTS, SETTLE_INTENTS } from "./lua/redlock-scripts.js";
 
 /**
- * The quorum engine of the Redlock lease store, apart from what a lease means: the N instances
- * and their connections, running a script on all of them, which answers count toward a majority
- * (floor(N/2) + 1) and which instances may vote (quarantine after a loss of data, commit intents
- * not yet settled, unsafe settings), the token floors and epochs (phase 1 of a token), the repair
- * of an instance that lost its data, and the merging of the instances' answers into one (votes).
- * The store (redlock-lease-store.ts) says what each lease operation asks and how its answers
- * decide; this module says whose answers count.
+ * The quorum engine of the Redlock lease store, apart from what a lease means (the store,
+ * redlock-lease-store.ts, says what each operation asks and how its answers decide): the N
+ * instances and their connections, which answers count toward a majority (floor(N/2) + 1), the
+ * token floors and epochs (phase 1 of a token), and the merging of answers into one (votes).
+ *
+ * An instance whose floor is unknown (a restart changed its run id, or its data is gone) is
+ * repaired: in one script it gets the floor of the others (or a new epoch), a quarantine of
+ * `quarantineMs` (the longest lease TTL) and the commit intents the others hold. Until the
+ * quarantine ends its answers do not count toward any majority, because it forgot leases that may
+ * still be held; then its intents are settled (the others' intents copied again, from enough of
+ * them that no live intent can be missing), and only then does it count again. It is checked on
+ * every token operation, every (re)connect and every `checkEveryMs`.
+ *
+ * An instance whose eviction policy can drop lease records (../redis-shared/redis-settings.ts,
+ * checked on every connect and every `checkEveryMs`) does not count either, until it is fixed.
  */
 
 export type QuorumOptions = {

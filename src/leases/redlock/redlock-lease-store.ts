@@ -78,8 +78,8 @@ const S = {
  * A lease store over N independent Redis masters, as the Redlock algorithm describes: every
  * operation goes to every instance in parallel and counts only when a majority (floor(N/2) + 1)
  * of instances that are not in quarantine agree. Each instance keeps a full copy of the lease
- * state under the one-Redis key layout (../redis-shared/lua/prelude.ts), changed by one Lua script per
- * operation, so that each instance decides atomically for itself.
+ * state under the one-Redis key layout (../redis-shared/lua/prelude.ts), changed by one Lua script
+ * per operation, so that each instance decides atomically for itself.
  *
  * Mutual exclusion: a grant needs a majority of instances to grant; two majorities always share
  * an instance, and that instance grants at most one of two overlapping leases while the first is
@@ -87,20 +87,14 @@ const S = {
  * TTL + 2 ms) is positive; otherwise, and after every acquire that did not win a majority, the
  * lease is discarded on every instance that granted it.
  *
+ * Whose answers count (quarantine, repair, settings), floors and epochs: quorum.ts.
+ *
  * Tokens: phase 1 reads the counter of a majority and proposes t = highest + 1; phase 2 asks every
  * instance to grant with t, which it does only when its own counter is below t, setting it to t.
  * Any two grants' majorities intersect, so the later one read a counter at least the earlier's
  * token: tokens are unique and increase in grant order. A token is epoch × 2^32 + counter, with the
  * epoch in an EpochStore outside Redis: when fewer than a majority know their floor (several lost
  * their data), a new epoch is created durably and installed before anything is granted.
- *
- * An instance whose floor is unknown (a restart changed its run id, or its data is gone) is
- * repaired: in one script it gets the floor of the others (or a new epoch), a quarantine of
- * `quarantineMs` (the longest lease TTL) and the commit intents the others hold. Until the
- * quarantine ends its answers do not count toward any majority, because it forgot leases that may
- * still be held; then its intents are settled (the others' intents copied again, from enough of
- * them that no live intent can be missing), and only then does it count again. It is checked on
- * every token operation, every (re)connect and every `checkEveryMs`.
  *
  * Commit intents (rule 4): beginCommit checks the lease and records the intent on every instance,
  * and needs a majority; an acquire that finds an intent on any instance it asks answers `fence`
@@ -110,16 +104,13 @@ const S = {
  * instance: on that instance either the intent came first (it answers `fence`, so the grant does
  * not happen) or the grant came first (the lease was then no longer current there, so beginCommit
  * could not count it). Losses of data do not break that shared instance, one loss at a time: a
- * repaired instance holds every live intent again before it counts (see "commit intents of an
- * instance that lost its data" in quorum.ts). A simultaneous loss of a majority loses the intents only
- * they held, as it loses the leases only they held. An intent recorded on only a minority is
+ * repaired instance holds every live intent again before it counts ("commit intents of an instance
+ * that lost its data" in quorum.ts). A simultaneous loss of a majority loses the intents only they
+ * held, as it loses the leases only they held. An intent recorded on only a minority is
  * removed again, and the commit refused. An intent that an endCommit, a clearIntents or a break's
  * fence left on some instances (they reached only the others) is never ignored: the next grant
  * over its object that reaches one of them fences it once more (an extra raise of the HCT, no
  * harm), and clears it.
- *
- * An instance whose eviction policy can drop lease records (../redis-shared/redis-settings.ts, checked on
- * every connect and every `checkEveryMs`) does not count either, until it is fixed.
  *
  * It fails fast: a disconnected instance fails at once (no offline queue), a silent one after
  * commandTimeoutMs; without a majority every operation throws DomainError LeaseStoreUnavailable.

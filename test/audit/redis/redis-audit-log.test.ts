@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { AuditLog, AuditQuery, AuditRecord } from "../../../src/audit/audit-log.js";
-import { encodeCursor } from "../../../src/audit/embedded/cursor.js";
+import { encodeCursor } from "../../../src/audit/cursor.js";
 import { createDirArchiveStore } from "../../../src/audit/redis/archive-store.js";
 import { APPEND } from "../../../src/audit/redis/audit-scripts.js";
 import {

@@ -5,11 +5,9 @@ import { PRELUDE } from "../../redis-shared/lua/prelude.js";
 const lua = luaFiles(import.meta.url);
 
 /**
- * The lease scripts of one Redis that take a token from its counter (the others, which Redlock
- * runs too, are in src/leases/redis-shared/lua/lease-scripts.ts). Each starts with the prelude.
- * A script that needs a token and finds the floor unknown answers {'epoch'} and changes nothing;
- * the store installs a new epoch and runs it again. Scripts that make lease events take an event
- * context after their own arguments (EVENT_ARGS in prelude.ts).
+ * The scripts of one Redis that take a token from its counter (the others: ../../redis-shared/lua).
+ * Finding the floor unknown, one answers {'epoch'} and changes nothing; the store installs a new
+ * epoch and runs it again.
  */
 
 /**
