@@ -8,16 +8,25 @@ import { tempDir } from "../support/temp.js";
  * The lease adapters stand side by side: no file of one adapter folder under src/leases imports a
  * file of another, and no file under src/leases imports the Redis audit log (src/audit/redis).
  * What two adapters share lives in a folder of its own (src/leases/redis-shared, or src/core),
- * which imports no adapter either. Every relative import counts (static, type-only, re-exports,
- * dynamic import(), across lines), resolved to the file it names.
+ * which imports no adapter either. The audit log adapters (src/audit) likewise. Every relative
+ * import counts (static, type-only, re-exports, dynamic import(), across lines), resolved to the
+ * file it names.
  */
 
 const ROOT = resolve(import.meta.dirname, "../..");
 
-/** The adapter folders of src/leases: each a LeaseStore of its own. */
-const ADAPTERS = ["embedded", "memory", "redis", "redlock"] as const;
-/** Folders of src/leases that adapters share: they may be imported by any adapter, and import none. */
-const SHARED = ["redis-shared"] as const;
+/**
+ * Per contract folder under src/: its adapter folders (each an implementation of its own), the
+ * folders its adapters share (imported by any adapter, importing none), and what none of its
+ * files may import.
+ */
+type Family = { adapters: readonly string[]; shared: readonly string[]; forbidden: readonly string[] };
+const LEASES: Family = {
+  adapters: ["embedded", "memory", "redis", "redlock"],
+  shared: ["redis-shared"],
+  forbidden: ["audit/redis/"],
+};
+const AUDIT: Family = { adapters: ["embedded", "memory", "redis"], shared: [], forbidden: [] };
 
 /**
  * Imports between adapters that src/ has today and that another change removes (the memory
@@ -40,27 +49,31 @@ function sourceFiles(dir: string): string[] {
 }
 
 /**
- * The imports of the files under `root`/src/leases that break the rule, as `file:line imports
- * target (why)`; the subfolders of src/leases that are neither adapters nor shared; and the
- * folder pairs (`leases/a -> leases/b`) that cross, `known` ones included.
+ * The imports of the files under `root`/src/`family` that break the rule, as `file:line imports
+ * target (why)`; its subfolders that are neither adapters nor shared; and the folder pairs
+ * (`leases/a -> leases/b`) that cross, KNOWN_CROSSINGS included.
  */
-function leaseImportProblems(root: string) {
+function adapterImportProblems(
+  root: string,
+  family: "leases" | "audit",
+  { adapters, shared, forbidden }: Family,
+) {
   const src = join(root, "src");
-  const leases = join(src, "leases");
+  const leases = join(src, family);
   const rel = (p: string) => relative(src, p).split(sep).join("/");
   /** The subfolder of src/leases a file is in (`redis`, `redis-shared`, …), or null (src/leases itself). */
   const folderOf = (file: string) => {
     const parts = relative(leases, file).split(sep);
     return parts.length > 1 && !parts[0]!.startsWith("..") ? parts[0]! : null;
   };
-  const isAdapter = (f: string | null) => f !== null && (ADAPTERS as readonly string[]).includes(f);
+  const isAdapter = (f: string | null) => f !== null && adapters.includes(f);
   const problems: string[] = [];
   const crossings = new Set<string>();
   const unclassified = existsSync(leases)
     ? readdirSync(leases, { withFileTypes: true })
         .filter((e) => e.isDirectory())
         .map((e) => e.name)
-        .filter((n) => !isAdapter(n) && !(SHARED as readonly string[]).includes(n))
+        .filter((n) => !isAdapter(n) && !shared.includes(n))
     : [];
   for (const file of sourceFiles(leases)) {
     const from = folderOf(file);
@@ -71,13 +84,14 @@ function leaseImportProblems(root: string) {
       const line = text.slice(0, ref.pos).split("\n").length;
       const target = resolve(dirname(file), ref.fileName).replace(/\.js$/, ".ts");
       const where = `${rel(file)}:${line} imports ${rel(target)}`;
-      if (rel(target).startsWith("audit/redis/")) {
-        problems.push(`${where} (the Redis audit log; share through src/core/redis)`);
+      const banned = forbidden.find((f) => rel(target).startsWith(f));
+      if (banned) {
+        problems.push(`${where} (${banned} is not for ${family}/; share through src/core)`);
         continue;
       }
       const to = folderOf(target);
       if (to === null || to === from || !isAdapter(to)) continue;
-      const crossing = `leases/${from} -> leases/${to}`;
+      const crossing = `${family}/${from} -> ${family}/${to}`;
       crossings.add(crossing);
       if (!KNOWN_CROSSINGS.includes(crossing)) {
         problems.push(
@@ -90,14 +104,14 @@ function leaseImportProblems(root: string) {
 }
 
 describe("the lease adapters", () => {
-  const report = leaseImportProblems(ROOT);
+  const report = adapterImportProblems(ROOT, "leases", LEASES);
 
   it("import neither each other nor the Redis audit log", () => {
     expect(report.problems, `imports across lease adapters:\n${report.problems.join("\n")}`).toEqual([]);
   });
 
   it("are every subfolder of src/leases but the shared ones", () => {
-    expect(report.unclassified, "add each to ADAPTERS or SHARED").toEqual([]);
+    expect(report.unclassified, "add each to LEASES.adapters or LEASES.shared").toEqual([]);
   });
 
   it("still cross where KNOWN_CROSSINGS says (the list only shrinks)", () => {
@@ -115,7 +129,16 @@ describe("the lease adapters", () => {
   });
 });
 
-describe("the lease adapter check itself", () => {
+describe("the audit log adapters", () => {
+  it("import neither each other nor anything of another adapter, and are every subfolder of src/audit", () => {
+    const report = adapterImportProblems(ROOT, "audit", AUDIT);
+    expect(report.problems, `imports across audit adapters:\n${report.problems.join("\n")}`).toEqual([]);
+    expect(report.unclassified).toEqual([]);
+    expect(report.crossings).toEqual([]);
+  });
+});
+
+describe("the adapter check itself", () => {
   it("reports an adapter importing another, a shared folder importing an adapter, and the Redis audit log", () => {
     const dir = tempDir("fencegate-lease-adapters-");
     try {
@@ -139,9 +162,9 @@ describe("the lease adapter check itself", () => {
         mkdirSync(dirname(join(dir.path, path)), { recursive: true });
         writeFileSync(join(dir.path, path), text);
       }
-      const report = leaseImportProblems(dir.path);
+      const report = adapterImportProblems(dir.path, "leases", LEASES);
       expect(report.problems.sort()).toEqual([
-        "leases/redis-shared/s.ts:1 imports audit/redis/log.ts (the Redis audit log; share through src/core/redis)",
+        "leases/redis-shared/s.ts:1 imports audit/redis/log.ts (audit/redis/ is not for leases/; share through src/core)",
         "leases/redis-shared/t.ts:1 imports leases/redis/a.ts (an adapter, from a shared folder)",
         "leases/redis/a.ts:5 imports leases/redlock/q.ts (another adapter)",
         "leases/redlock/lua/deep.ts:1 imports leases/redis/a.ts (another adapter)",
