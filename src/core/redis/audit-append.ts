@@ -18,10 +18,7 @@ const lua = luaFiles(import.meta.url);
  * restores the counter above every seq given out before the log takes records again.
  */
 
-/**
- * The key prefix P of the audit log and the lease stores when the configuration names none (the
- * hash tag keeps every key in one slot).
- */
+/** The key prefix P when the configuration names none (its hash tag keeps every key in one slot). */
 export const DEFAULT_REDIS_KEY_PREFIX = "{fencegate}";
 
 /** Stream fields of a record, in the order the log writes them; a null field is left out. */

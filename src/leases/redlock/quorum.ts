@@ -169,19 +169,18 @@ export function createQuorum(opts: QuorumOptions) {
     );
   }
 
-  async function runOn(
-    inst: Instance,
-    script: LuaScript,
-    args: readonly (string | number)[],
-    now: string,
-  ): Promise<Answer> {
+  /** One instance's answer to `call`; a disconnected instance is not asked. */
+  async function ask(inst: Instance, call: (redis: Redis) => Promise<unknown>): Promise<Answer> {
     if (inst.redis.status !== "ready") return { inst, error: new Error(`${inst.where}: not connected`) };
     try {
-      return { inst, reply: await script.run(inst.redis, [P], [now, retainMs, ...args]) };
+      return { inst, reply: await call(inst.redis) };
     } catch (e) {
       return { inst, error: e as Error };
     }
   }
+
+  const runOn = (inst: Instance, script: LuaScript, args: readonly (string | number)[], now: string) =>
+    ask(inst, (redis) => script.run(redis, [P], [now, retainMs, ...args]));
 
   /** Runs a script on every instance (or `only`) in parallel, with one `now` for all. */
   function onAll(
@@ -515,17 +514,7 @@ export function createQuorum(opts: QuorumOptions) {
     /** Throws LeaseStoreUnavailable unless a majority answers PING. */
     async ping() {
       if (closed) throw unavailable("the store is closed");
-      const answers: Answer[] = await Promise.all(
-        instances.map(async (inst): Promise<Answer> => {
-          if (inst.redis.status !== "ready") return { inst, error: new Error("not connected") };
-          try {
-            return { inst, reply: await inst.redis.ping() };
-          } catch (e) {
-            return { inst, error: e as Error };
-          }
-        }),
-      );
-      majority(answers);
+      majority(await Promise.all(instances.map((inst) => ask(inst, (redis) => redis.ping()))));
     },
 
     /** Resolves true once a majority is connected with known floors, false after `waitMs`. */
