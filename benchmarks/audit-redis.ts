@@ -8,8 +8,8 @@
  * Starts its own redis-server on a free port (never 6379), without persistence.
  */
 import { parseArgs } from "node:util";
+import { encodeCursor } from "../src/audit/audit-cursor.js";
 import type { AuditDraft, AuditQuery } from "../src/audit/audit-log.js";
-import { encodeCursor } from "../src/audit/cursor.js";
 import { APPEND } from "../src/audit/redis/audit-scripts.js";
 import { draftFields } from "../src/audit/redis/record-codec.js";
 import { connectRedis, createRedisAuditLog } from "../src/audit/redis/redis-audit-log.js";

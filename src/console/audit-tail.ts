@@ -1,5 +1,5 @@
+import { encodeCursor } from "../audit/audit-cursor.js";
 import type { AuditLog, AuditQuery, AuditRecord } from "../audit/audit-log.js";
-import { encodeCursor } from "../audit/cursor.js";
 import type { Logger } from "../core/log.js";
 
 export type TailOptions = {

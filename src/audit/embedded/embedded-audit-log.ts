@@ -1,6 +1,7 @@
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { type EmbeddedDb, embeddedDomain } from "../../embedded/db.js";
+import { decodeCursor, encodeCursor } from "../audit-cursor.js";
 import {
   type AuditDraft,
   type AuditLog,
@@ -12,7 +13,6 @@ import {
   recordOf,
   transactionFields,
 } from "../audit-log.js";
-import { decodeCursor, encodeCursor } from "../cursor.js";
 import { createAuditPlanner, type EqualColumn, type PlannedFilters } from "./query-plan.js";
 import { migrateAuditTables } from "./schema.js";
 

@@ -1,6 +1,7 @@
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import { MemoryDomain } from "../../core/tx.js";
+import { decodeCursor, encodeCursor } from "../audit-cursor.js";
 import {
   type AuditDraft,
   type AuditLog,
@@ -12,7 +13,6 @@ import {
   parseFilters,
   recordOf,
 } from "../audit-log.js";
-import { decodeCursor, encodeCursor } from "../cursor.js";
 
 export type MemoryAuditLogOptions = {
   /** This gateway instance, written into every record's `gateway`. */

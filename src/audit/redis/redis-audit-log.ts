@@ -14,6 +14,7 @@ import {
   openFailClosedRedis,
   redactUrl,
 } from "../../core/redis-connection.js";
+import { decodeCursor, encodeCursor } from "../audit-cursor.js";
 import {
   type AuditDraft,
   type AuditLog,
@@ -24,7 +25,6 @@ import {
   parseFilters,
   recordOf,
 } from "../audit-log.js";
-import { decodeCursor, encodeCursor } from "../cursor.js";
 import { AUDIT_INDEXES } from "./audit-lua.js";
 import { APPEND, APPEND_ONCE, QUERY, RESTORE, TRIM, UNLOCK } from "./audit-scripts.js";
 import { draftFields, recordFrom } from "./record-codec.js";

@@ -2,8 +2,8 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Redis } from "ioredis";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { encodeCursor } from "../../../src/audit/audit-cursor.js";
 import type { AuditLog, AuditQuery, AuditRecord } from "../../../src/audit/audit-log.js";
-import { encodeCursor } from "../../../src/audit/cursor.js";
 import { createDirArchiveStore } from "../../../src/audit/redis/archive-store.js";
 import { APPEND } from "../../../src/audit/redis/audit-scripts.js";
 import {
