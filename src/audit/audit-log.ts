@@ -1,3 +1,4 @@
+import { DomainError } from "../core/errors.js";
 import type { TxDomain } from "../core/tx.js";
 
 /**
@@ -71,6 +72,48 @@ export function transactionFields(
   return out;
 }
 
+/** An ISO 8601 time given as `field`, in ms; InvalidArgument when it is none. */
+export function parseTime(value: string, field: string): number {
+  const ms = Date.parse(value);
+  if (Number.isNaN(ms))
+    throw new DomainError("InvalidArgument", `${field} is not an ISO 8601 time: ${value}`);
+  return ms;
+}
+
+/** The time (ms) of a record appended now from `draft`: its own time, or the clock's. */
+export const draftTime = (draft: AuditDraft, clock: () => number): number =>
+  draft.time === undefined ? clock() : parseTime(draft.time, "time");
+
+/** The API validates the bounds; this only keeps a bad caller from asking for everything. */
+export function clampLimit(limit: number): number {
+  if (!Number.isFinite(limit)) return DEFAULT_AUDIT_LIMIT;
+  return Math.min(MAX_AUDIT_LIMIT, Math.max(1, Math.floor(limit)));
+}
+
+/**
+ * The record of `draft` appended at `timeMs`, but for its seq: absent fields null, the gateway
+ * the draft names or else `gatewayId`. Every audit log builds its records with this.
+ */
+export function recordOf(draft: AuditDraft, timeMs: number, gatewayId: string): Omit<AuditRecord, "seq"> {
+  return {
+    time: new Date(timeMs).toISOString(),
+    op: draft.op,
+    bucket: draft.bucket ?? null,
+    key: draft.key ?? null,
+    prefix: draft.prefix ?? null,
+    token: draft.token ?? null,
+    leaseId: draft.leaseId ?? null,
+    owner: draft.owner ?? null,
+    principal: draft.principal ?? null,
+    decision: draft.decision,
+    reason: draft.reason ?? null,
+    highestToken: draft.highestToken ?? null,
+    requestId: draft.requestId ?? null,
+    gateway: draft.gateway ?? gatewayId,
+    ...transactionFields(draft.transactionId, draft.keys),
+  };
+}
+
 export type AuditQuery = {
   bucket?: string;
   key?: string;
@@ -87,6 +130,43 @@ export type AuditQuery = {
   /** Opaque cursor returned by the previous page. */
   cursor?: string;
 };
+
+/**
+ * The filters of a query, parsed once; `matches` is the test every log makes (the embedded one
+ * in SQL, the Redis one in its query script too).
+ */
+export type ParsedFilters = {
+  equal: Array<[keyof AuditRecord, string]>;
+  prefix: string | undefined;
+  sinceMs: number | undefined;
+  untilMs: number | undefined;
+};
+
+export function parseFilters(query: AuditQuery): ParsedFilters {
+  const equal = (["bucket", "key", "leaseId", "decision", "op", "transactionId"] as const).flatMap(
+    (field): ParsedFilters["equal"] => (query[field] === undefined ? [] : [[field, query[field]]]),
+  );
+  return {
+    equal,
+    // An empty prefix filters nothing.
+    prefix: query.prefix ? query.prefix : undefined,
+    sinceMs: query.since === undefined ? undefined : parseTime(query.since, "since"),
+    untilMs: query.until === undefined ? undefined : parseTime(query.until, "until"),
+  };
+}
+
+/** Whether `record` passes the filters `f`. */
+export function matches(f: ParsedFilters, record: AuditRecord): boolean {
+  for (const [field, value] of f.equal) if (record[field] !== value) return false;
+  if (f.prefix !== undefined) {
+    const p = f.prefix;
+    if (!record.key?.startsWith(p) && !record.prefix?.startsWith(p)) return false;
+  }
+  const t = Date.parse(record.time);
+  if (f.sinceMs !== undefined && t < f.sinceMs) return false;
+  if (f.untilMs !== undefined && t >= f.untilMs) return false;
+  return true;
+}
 
 export type AuditPage = { records: AuditRecord[]; nextCursor: string | null };
 

@@ -1,4 +1,6 @@
+import type { EventEmitter } from "node:events";
 import { Redis } from "ioredis";
+import type { Logger } from "./log.js";
 
 /**
  * The one place ioredis connections are made (the Redis and Redlock lease stores, the Redis audit
@@ -27,6 +29,40 @@ export function openFailClosedRedis(url: string, opts: FailClosedOptions): Redis
   });
   assertFailClosed(redis);
   return redis;
+}
+
+/**
+ * Logs the errors of `redis` (redactUrl'd `where`) as warnings `what`, each message once until
+ * another comes or the connection is ready again: a Redis that stays down is one line, not one a
+ * second.
+ */
+export function warnOnErrors(redis: Redis, log: Logger | undefined, what: string, where: string): void {
+  let lastError = "";
+  redis.on("error", (e: Error) => {
+    if (e.message !== lastError) log?.warn({ err: e.message, redis: where }, what);
+    lastError = e.message;
+  });
+  redis.on("ready", () => {
+    lastError = "";
+  });
+}
+
+/** Resolves true when `emitter` emits `event` within `ms`, false otherwise. */
+export function eventWithin(
+  emitter: Pick<EventEmitter, "on" | "off">,
+  event: string,
+  ms: number,
+): Promise<boolean> {
+  return new Promise((resolve) => {
+    const done = (ok: boolean) => {
+      clearTimeout(timer);
+      emitter.off(event, onEvent);
+      resolve(ok);
+    };
+    const onEvent = () => done(true);
+    const timer = setTimeout(() => done(false), ms);
+    emitter.on(event, onEvent);
+  });
 }
 
 /** What keeps `redis` from failing closed (empty when it does). */
@@ -70,4 +106,15 @@ export function openSubscriber(redis: Redis): Redis {
     maxRetriesPerRequest: null,
     commandTimeout: undefined,
   });
+}
+
+/** The URL without its password, for messages and logs. */
+export function redactUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return "(unparsable URL)";
+  }
 }

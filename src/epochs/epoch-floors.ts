@@ -1,7 +1,7 @@
 import { readdirSync } from "node:fs";
 import type { StorageBackend, SystemRecords } from "../backends/storage-backend.js";
 import { DomainError } from "../core/errors.js";
-import type { EpochStore } from "../leases/redis/epoch-store.js";
+import type { EpochStore } from "../leases/redis-shared/epoch-store.js";
 
 /**
  * Epochs a store must stay above without writing there: the ones older versions kept elsewhere.

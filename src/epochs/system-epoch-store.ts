@@ -1,6 +1,6 @@
 import type { SystemRecords } from "../backends/storage-backend.js";
 import { DomainError } from "../core/errors.js";
-import { type EpochStore, MAX_EPOCH } from "../leases/redis/epoch-store.js";
+import { type EpochStore, MAX_EPOCH } from "../leases/redis-shared/epoch-store.js";
 import { type EpochFloor, highestEpochOf, legacyRecordFloor, localDirFloor } from "./epoch-floors.js";
 
 /** Where the epoch records live in the system bucket, under the backend's meta prefix. */

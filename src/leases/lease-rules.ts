@@ -208,6 +208,12 @@ export function lostByRelease(leaseId: string, broken: boolean): DomainError {
   });
 }
 
+/** The LeaseLost of a renewal of a lease that expired (at `expiredAt`, ms) before it was renewed. */
+export function lostByExpiry(leaseId: string, expiredAt: number): DomainError {
+  const at = new Date(expiredAt).toISOString();
+  return new DomainError("LeaseLost", `lease ${leaseId} expired at ${at}`, { leaseId, reason: "expired" });
+}
+
 /** Refuses an unfenced write to a key that an active lease covers. */
 export function judgeUnfenced(covering: LeaseRecord | null): void {
   if (covering) {

@@ -4,14 +4,15 @@ import { ConfigError } from "../config/load.js";
 import type { Config } from "../config/schema.js";
 import type { Clock } from "../core/clock.js";
 import type { Logger } from "../core/log.js";
+import { redactUrl } from "../core/redis-connection.js";
 import { legacyObjectFloor, withFloors } from "../epochs/epoch-floors.js";
 import { grantsNeedEpochs } from "../epochs/grant-guard.js";
 import { createSystemEpochStore, type SystemEpochStore } from "../epochs/system-epoch-store.js";
 import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
 import type { LeaseStore } from "../leases/lease-store.js";
-import type { EpochStore } from "../leases/redis/epoch-store.js";
-import { createFileEpochStore } from "../leases/redis/file-epoch-store.js";
-import { createRedisLeaseStore, redactUrl } from "../leases/redis/redis-lease-store.js";
+import { createRedisLeaseStore } from "../leases/redis/redis-lease-store.js";
+import type { EpochStore } from "../leases/redis-shared/epoch-store.js";
+import { createFileEpochStore } from "../leases/redis-shared/file-epoch-store.js";
 import { createRedlockLeaseStore } from "../leases/redlock/redlock-lease-store.js";
 import type { EmbeddedDb } from "../sqlite/db.js";
 

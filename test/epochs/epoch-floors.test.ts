@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { createMemoryBackend } from "../../src/backends/memory/memory-backend.js";
 import { legacyObjectFloor, withFloors } from "../../src/epochs/epoch-floors.js";
 import { unfencedCommit } from "../../src/fence/commit.js";
-import { createFileEpochStore } from "../../src/leases/redis/file-epoch-store.js";
+import { createFileEpochStore } from "../../src/leases/redis-shared/file-epoch-store.js";
 import { verifiedBody } from "../support/bodies.js";
 import { tempDir } from "../support/temp.js";
 

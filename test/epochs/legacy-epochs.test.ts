@@ -9,7 +9,7 @@ import { GetObjectCommand } from "@aws-sdk/client-s3";
 import { afterEach, describe, expect, it } from "vitest";
 import { createS3Backend } from "../../src/backends/s3/index.js";
 import { unfencedCommit } from "../../src/fence/commit.js";
-import { EPOCH_SPAN } from "../../src/leases/redis/epoch-store.js";
+import { EPOCH_SPAN } from "../../src/leases/redis-shared/epoch-store.js";
 import { backendOptions, rawClient, startStore } from "../backends/s3/s3-fixture.js";
 import { verifiedBody } from "../support/bodies.js";
 import { CREDENTIALS, startTestGateway, tempDir } from "../support/gateway.js";

@@ -1,8 +1,8 @@
 import { connect, type Socket } from "node:net";
 import { Redis, type RedisOptions } from "ioredis";
 import { afterEach, describe, expect, it } from "vitest";
-import { createFileEpochStore } from "../../src/leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore } from "../../src/leases/redis/redis-lease-store.js";
+import { createFileEpochStore } from "../../src/leases/redis-shared/file-epoch-store.js";
 import { redisCommand, useRedisForFile } from "./redis.js";
 import { type RedisFaultProxy, startRedisFaultProxy } from "./redis-fault-proxy.js";
 import { tempDir } from "./temp.js";

@@ -43,7 +43,7 @@ describe("transactions with the lease store in Redis", () => {
     const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status, commit.text).toBe(200);
     for (const key of ["a/1", "a/2", "a/3"]) expect(await getBody(gw, bucket, key)).toBe(key);
-    // Each key's commit intent (a hash under :intent:, src/leases/redis/lua/intent-scripts.ts) ended.
+    // Each key's commit intent (a hash under :intent:, src/leases/redis-shared/lua/lease-scripts.ts) ended.
     expect(await redis.command("KEYS", "*:intent:*")).toEqual([]);
     await gw.leases.release(lease.leaseId);
   });

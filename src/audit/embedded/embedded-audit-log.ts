@@ -8,8 +8,10 @@ import {
   type AuditLog,
   type AuditQuery,
   type AuditRecord,
-  DEFAULT_AUDIT_LIMIT,
-  MAX_AUDIT_LIMIT,
+  clampLimit,
+  draftTime,
+  parseTime,
+  recordOf,
   transactionFields,
 } from "../audit-log.js";
 import { createAuditPlanner, type EqualColumn, type PlannedFilters } from "./query-plan.js";
@@ -110,24 +112,8 @@ export function createEmbeddedAuditLog({
 
   const appendInStep = (draft: AuditDraft): AuditRecord => {
     open();
-    const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
-    const record: Omit<AuditRecord, "seq"> = {
-      time: new Date(timeMs).toISOString(),
-      op: draft.op,
-      bucket: draft.bucket ?? null,
-      key: draft.key ?? null,
-      prefix: draft.prefix ?? null,
-      token: draft.token ?? null,
-      leaseId: draft.leaseId ?? null,
-      owner: draft.owner ?? null,
-      principal: draft.principal ?? null,
-      decision: draft.decision,
-      reason: draft.reason ?? null,
-      highestToken: draft.highestToken ?? null,
-      requestId: draft.requestId ?? null,
-      gateway: draft.gateway ?? gatewayId,
-      ...transactionFields(draft.transactionId, draft.keys),
-    };
+    const timeMs = draftTime(draft, clock);
+    const record = recordOf(draft, timeMs, gatewayId);
     const { lastInsertRowid } = insert.run(
       record.time,
       timeMs,
@@ -246,17 +232,4 @@ function toRecord(row: AuditRow): AuditRecord {
       row.transaction_keys === null ? null : (JSON.parse(row.transaction_keys) as string[]),
     ),
   };
-}
-
-function parseTime(value: string, field: string): number {
-  const ms = Date.parse(value);
-  if (Number.isNaN(ms))
-    throw new DomainError("InvalidArgument", `${field} is not an ISO 8601 time: ${value}`);
-  return ms;
-}
-
-/** The API validates the bounds; this only keeps a bad caller from asking for everything. */
-function clampLimit(limit: number): number {
-  if (!Number.isFinite(limit)) return DEFAULT_AUDIT_LIMIT;
-  return Math.min(MAX_AUDIT_LIMIT, Math.max(1, Math.floor(limit)));
 }

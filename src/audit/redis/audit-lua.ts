@@ -1,18 +1,6 @@
-import { luaFiles } from "../../core/lua-source.js";
-
-const lua = luaFiles(import.meta.url);
-
 /**
- * The audit append as a Lua function, shared by the audit log's own append script and by the
- * lease scripts (src/leases/redis), which record a lease event in the same script that changes
- * the lease: the event and its record commit together or not at all.
- *
- * A script that includes AUDIT_APPEND_LUA defines `P` (the deployment's key prefix, KEYS[1])
- * before it, and calls `audit_append(r)` with `r` a table of record fields (AUDIT_FIELDS, all
- * strings, `t` the time in ms, absent fields nil). It returns the record's seq. Before changing
- * anything it calls `audit_ready()` and refuses when it is false (Redis writes made before an
- * error in a script stay): the log's counter is gone, Redis lost its data, and the gateway
- * restores the counter above every seq given out before the log takes records again.
+ * The Redis audit log's key layout and query indexes. Records are appended by `audit_append`
+ * (src/core/redis/audit-append.ts), which the log's own scripts and the lease scripts share.
  *
  * Layout under the deployment's key prefix P (every key carries the same hash tag):
  * - `P:a`               the log: one stream entry per record, id `0-<seq>`, in commit order;
@@ -33,30 +21,6 @@ const lua = luaFiles(import.meta.url);
  *                       their last seq (redis-archiver.ts).
  */
 
-/** Stream fields of a record, in the order the log writes them; a null field is left out. */
-export const AUDIT_FIELDS = [
-  "t",
-  "op",
-  "b",
-  "k",
-  "p",
-  "tok",
-  "lid",
-  "own",
-  "pr",
-  "d",
-  "r",
-  "ht",
-  "rq",
-  "gw",
-  // Added later (records from before have neither): the fenced transaction, and the keys of a
-  // transaction's commit or abort as one JSON array.
-  "tx",
-  "ks",
-] as const;
-
-export type AuditField = (typeof AUDIT_FIELDS)[number];
-
 /** The query filter -> the index name (`P:a:x:<name>:<value>`). */
 export const AUDIT_INDEXES = {
   bucket: "b",
@@ -66,11 +30,3 @@ export const AUDIT_INDEXES = {
   op: "o",
   transactionId: "tx",
 } as const;
-
-/** The key prefix used when the configuration names none (the hash tag keeps one slot). */
-export const DEFAULT_REDIS_KEY_PREFIX = "{fencegate}";
-
-/** Lua: `audit_append(r)` appends record `r` (field -> string, `t` in ms) and returns its seq. */
-export const AUDIT_APPEND_LUA = lua("lua/audit-append.lua", {
-  AUDIT_FIELDS: AUDIT_FIELDS.map((f) => `'${f}'`).join(", "),
-});

@@ -1,5 +1,5 @@
 import { LuaScript, luaFiles } from "../../core/lua-source.js";
-import { AUDIT_APPEND_LUA } from "./audit-lua.js";
+import { AUDIT_APPEND_LUA } from "../../core/redis/audit-append.js";
 
 const lua = luaFiles(import.meta.url);
 

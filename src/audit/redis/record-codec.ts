@@ -1,6 +1,5 @@
-import { DomainError } from "../../core/errors.js";
-import { type AuditDraft, type AuditQuery, type AuditRecord, transactionFields } from "../audit-log.js";
-import type { AuditField } from "./audit-lua.js";
+import type { AuditField } from "../../core/redis/audit-append.js";
+import { type AuditDraft, type AuditRecord, transactionFields } from "../audit-log.js";
 
 /** A draft as the stream fields the append script takes (field, value, ...); null fields left out. */
 export function draftFields(draft: AuditDraft, timeMs: number, gatewayId: string): string[] {
@@ -59,50 +58,6 @@ export function recordFrom(id: string, flat: readonly string[]): AuditRecord {
     gateway: f.get("gw") ?? "",
     ...transactionFields(text("tx"), keysOf(text("ks"))),
   };
-}
-
-export function parseTime(value: string, field: string): number {
-  const ms = Date.parse(value);
-  if (Number.isNaN(ms))
-    throw new DomainError("InvalidArgument", `${field} is not an ISO 8601 time: ${value}`);
-  return ms;
-}
-
-/** The filters of a query, parsed once; `matches` is the same test the query script makes. */
-export type ParsedFilters = {
-  equal: Array<[keyof AuditRecord, string]>;
-  prefix: string | undefined;
-  sinceMs: number | undefined;
-  untilMs: number | undefined;
-};
-
-export function parseFilters(query: AuditQuery): ParsedFilters {
-  const equal: ParsedFilters["equal"] = [];
-  if (query.bucket !== undefined) equal.push(["bucket", query.bucket]);
-  if (query.key !== undefined) equal.push(["key", query.key]);
-  if (query.leaseId !== undefined) equal.push(["leaseId", query.leaseId]);
-  if (query.decision !== undefined) equal.push(["decision", query.decision]);
-  if (query.op !== undefined) equal.push(["op", query.op]);
-  if (query.transactionId !== undefined) equal.push(["transactionId", query.transactionId]);
-  return {
-    equal,
-    // An empty prefix filters nothing, as in the other logs.
-    prefix: query.prefix ? query.prefix : undefined,
-    sinceMs: query.since === undefined ? undefined : parseTime(query.since, "since"),
-    untilMs: query.until === undefined ? undefined : parseTime(query.until, "until"),
-  };
-}
-
-export function matches(f: ParsedFilters, record: AuditRecord): boolean {
-  for (const [field, value] of f.equal) if (record[field] !== value) return false;
-  if (f.prefix !== undefined) {
-    const p = f.prefix;
-    if (!record.key?.startsWith(p) && !record.prefix?.startsWith(p)) return false;
-  }
-  const t = Date.parse(record.time);
-  if (f.sinceMs !== undefined && t < f.sinceMs) return false;
-  if (f.untilMs !== undefined && t >= f.untilMs) return false;
-  return true;
 }
 
 function keysOf(stored: string | null): string[] | null {

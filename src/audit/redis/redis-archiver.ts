@@ -2,9 +2,10 @@ import { randomBytes } from "node:crypto";
 import type { Redis } from "ioredis";
 import type { Clock } from "../../core/clock.js";
 import type { AuditRecord } from "../audit-log.js";
+import { matches, type ParsedFilters } from "../audit-log.js";
 import type { AuditArchiveStore } from "./archive-store.js";
 import { TRIM, UNLOCK } from "./audit-scripts.js";
-import { matches, type ParsedFilters, recordFrom } from "./record-codec.js";
+import { recordFrom } from "./record-codec.js";
 
 /**
  * Retention of the Redis audit log: records beyond `maxRecords`, or older than `maxAgeMs`, move

@@ -2,20 +2,32 @@ import type { Redis } from "ioredis";
 import { type Clock, systemClock } from "../../core/clock.js";
 import { DomainError, isDomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
-import { assertFailClosed, openFailClosedRedis } from "../../core/redis-connection.js";
+import type { LuaScript } from "../../core/lua-source.js";
+import {
+  DEFAULT_REDIS_KEY_PREFIX,
+  type InScriptAppends,
+  redisServerOf,
+} from "../../core/redis/audit-append.js";
+import {
+  assertFailClosed,
+  eventWithin,
+  openFailClosedRedis,
+  redactUrl,
+} from "../../core/redis-connection.js";
 import { decodeCursor, encodeCursor } from "../audit-cursor.js";
 import {
   type AuditDraft,
   type AuditLog,
   type AuditQuery,
   type AuditRecord,
-  DEFAULT_AUDIT_LIMIT,
-  MAX_AUDIT_LIMIT,
-  transactionFields,
+  clampLimit,
+  draftTime,
+  parseFilters,
+  recordOf,
 } from "../audit-log.js";
-import { AUDIT_INDEXES, DEFAULT_REDIS_KEY_PREFIX } from "./audit-lua.js";
+import { AUDIT_INDEXES } from "./audit-lua.js";
 import { APPEND, APPEND_ONCE, QUERY, RESTORE, TRIM, UNLOCK } from "./audit-scripts.js";
-import { draftFields, parseFilters, parseTime, recordFrom } from "./record-codec.js";
+import { draftFields, recordFrom } from "./record-codec.js";
 import { type Archiver, createArchiver, type RedisAuditRetention } from "./redis-archiver.js";
 
 /** How long the key of a record appended once is kept: longer than a write's outcome stays unsettled. */
@@ -51,35 +63,6 @@ export type RedisAuditLog = AuditLog & {
 };
 
 /**
- * What a lease store on the same Redis needs to append lease events with audit_append
- * (audit-lua.ts) inside its own scripts, so that a lease change and its record commit together.
- */
-export type InScriptAppends = {
-  /** The key prefix the log's keys live under (the script's P must be the same). */
-  readonly keyPrefix: string;
-  /** Written into every record's `gw`. */
-  readonly gatewayId: string;
-  /** The Redis server and database the log lives in (redisServerOf). */
-  readonly server: string;
-  /** The time (ms) of a record appended now: the log's own clock. */
-  now(): number;
-  /** Reports seqs a script gave out: numbering after a loss of data continues above them. */
-  appended(seq: number): void;
-  /** Restores the log's counter after Redis lost its data (before that, audit_ready() is false). */
-  restore(): Promise<void>;
-};
-
-/**
- * The Redis server and database a connection reaches, as a string: two connections with the
- * same one write the same keys.
- */
-export function redisServerOf(redis: Redis): string {
-  const o = redis.options;
-  const where = o.path ? `unix:${o.path}` : `${o.host ?? "localhost"}:${o.port ?? 6379}`;
-  return `${where}/${o.db ?? 0}`;
-}
-
-/**
  * Work per query page at most (about one record read or index entry considered per unit):
  * Redis runs nothing else while a page is read, lease operations of every replica included,
  * so a page of a rare combination of filters answers early with a cursor instead.
@@ -102,17 +85,7 @@ export function openRedis(url: string, commandTimeoutMs = 5_000): Redis {
 
 /** Resolves true once `redis` is ready, false after `waitMs` without it. */
 export function redisReady(redis: Redis, waitMs: number): Promise<boolean> {
-  if (redis.status === "ready") return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const done = (ok: boolean) => {
-      clearTimeout(timer);
-      redis.off("ready", onReady);
-      resolve(ok);
-    };
-    const onReady = () => done(true);
-    const timer = setTimeout(() => done(false), waitMs);
-    redis.on("ready", onReady);
-  });
+  return redis.status === "ready" ? Promise.resolve(true) : eventWithin(redis, "ready", waitMs);
 }
 
 /** openRedis, connected: rejects when Redis does not answer within the command timeout. */
@@ -120,7 +93,7 @@ export async function connectRedis(url: string, commandTimeoutMs = 5_000): Promi
   const redis = openRedis(url, commandTimeoutMs);
   if (await redisReady(redis, commandTimeoutMs)) return redis;
   redis.disconnect();
-  throw new Error(`cannot connect to Redis at ${url.replace(/\/\/[^@/]*@/, "//")}`);
+  throw new Error(`cannot connect to Redis at ${redactUrl(url)}`);
 }
 
 /**
@@ -204,6 +177,16 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
     if (closed) throw new DomainError("ServiceUnavailable", "the Redis audit log is closed");
   };
 
+  /** Runs an append script; when Redis lost the log, restores its counter and runs it once more. */
+  const runAppend = async (script: LuaScript, args: readonly (string | number)[]): Promise<number> =>
+    Number(
+      await script.run(redis, [prefix], args).catch(async (e: unknown) => {
+        if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
+        await restore().catch(unavailable);
+        return script.run(redis, [prefix], args).catch(unavailable);
+      }),
+    );
+
   return {
     kind: "redis",
     keyPrefix: prefix,
@@ -225,48 +208,18 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
 
     async append(draft: AuditDraft): Promise<AuditRecord> {
       open();
-      const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+      const timeMs = draftTime(draft, clock);
       const fields = draftFields(draft, timeMs, gatewayId);
-      const seq = Number(
-        await APPEND.run(redis, [prefix], fields).catch(async (e: unknown) => {
-          if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
-          // Redis lost the log: restore its counter, then append once more.
-          await restore().catch(unavailable);
-          return APPEND.run(redis, [prefix], fields).catch(unavailable);
-        }),
-      );
+      const seq = await runAppend(APPEND, fields);
       seen(seq);
-      return {
-        seq,
-        time: new Date(timeMs).toISOString(),
-        op: draft.op,
-        bucket: draft.bucket ?? null,
-        key: draft.key ?? null,
-        prefix: draft.prefix ?? null,
-        token: draft.token ?? null,
-        leaseId: draft.leaseId ?? null,
-        owner: draft.owner ?? null,
-        principal: draft.principal ?? null,
-        decision: draft.decision,
-        reason: draft.reason ?? null,
-        highestToken: draft.highestToken ?? null,
-        requestId: draft.requestId ?? null,
-        gateway: gatewayId,
-        ...transactionFields(draft.transactionId, draft.keys),
-      };
+      return { seq, ...recordOf(draft, timeMs, gatewayId) };
     },
 
     async appendOnce(draft: AuditDraft, once: string, unless?: string): Promise<boolean> {
       open();
-      const timeMs = draft.time === undefined ? clock() : parseTime(draft.time, "time");
+      const timeMs = draftTime(draft, clock);
       const args = [once, ONCE_KEPT_S, unless ?? "", ...draftFields(draft, timeMs, gatewayId)];
-      const seq = Number(
-        await APPEND_ONCE.run(redis, [prefix], args).catch(async (e: unknown) => {
-          if (!(e instanceof Error) || !e.message.startsWith("AUDITLOST")) return unavailable(e);
-          await restore().catch(unavailable);
-          return APPEND_ONCE.run(redis, [prefix], args).catch(unavailable);
-        }),
-      );
+      const seq = await runAppend(APPEND_ONCE, args);
       if (seq === 0) return false;
       seen(seq);
       return true;
@@ -286,15 +239,10 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
         filters.untilMs ?? "",
         filters.prefix ?? "",
       ];
-      const index = (name: string, value: string | undefined) => {
-        if (value !== undefined) args.push(name, value);
-      };
-      index(AUDIT_INDEXES.bucket, query.bucket);
-      index(AUDIT_INDEXES.key, query.key);
-      index(AUDIT_INDEXES.leaseId, query.leaseId);
-      index(AUDIT_INDEXES.decision, query.decision);
-      index(AUDIT_INDEXES.op, query.op);
-      index(AUDIT_INDEXES.transactionId, query.transactionId);
+      for (const [filter, index] of Object.entries(AUDIT_INDEXES)) {
+        const value = query[filter as keyof typeof AUDIT_INDEXES];
+        if (value !== undefined) args.push(index, value);
+      }
       const reply = (await QUERY.run(redis, [prefix], args).catch(unavailable)) as [
         "full" | "end" | "budget",
         number,
@@ -344,10 +292,4 @@ export async function createRedisAuditLog(o: RedisAuditLogOptions): Promise<Redi
       if (o.ownsConnection) redis.disconnect();
     },
   };
-}
-
-/** The API validates the bounds; this only keeps a bad caller from asking for everything. */
-function clampLimit(limit: number): number {
-  if (!Number.isFinite(limit)) return DEFAULT_AUDIT_LIMIT;
-  return Math.min(MAX_AUDIT_LIMIT, Math.max(1, Math.floor(limit)));
 }

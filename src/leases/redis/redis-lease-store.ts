@@ -2,41 +2,43 @@ import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { Redis } from "ioredis";
 import type { AuditLog } from "../../audit/audit-log.js";
-import { type InScriptAppends, redisServerOf } from "../../audit/redis/redis-audit-log.js";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { LuaScript } from "../../core/lua-source.js";
-import { openFailClosedRedis } from "../../core/redis-connection.js";
-import { leaseNotFound, lostByRelease, newLeaseId } from "../lease-rules.js";
+import {
+  DEFAULT_REDIS_KEY_PREFIX,
+  type InScriptAppends,
+  redisServerOf,
+} from "../../core/redis/audit-append.js";
+import { eventWithin, openFailClosedRedis, redactUrl, warnOnErrors } from "../../core/redis-connection.js";
+import { leaseNotFound, lostByExpiry, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
   CommitIntent,
+  DelegateRecord,
   LeaseEventContext,
-  LeaseRecord,
   LeaseStore,
 } from "../lease-store.js";
 import { validateAcquire, validateTtl } from "../lease-validation.js";
-import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
-import { type EpochStore, MAX_EPOCH } from "./epoch-store.js";
-import { decodeIntents, decodeLease, decodeLeases, throwIntentRefusal } from "./lease-codec.js";
-import { ADD_DELEGATE, LIST_DELEGATES, REMOVE_DELEGATE } from "./lua/delegate-scripts.js";
-import { BEGIN_COMMIT, FORGET_INTENTS, INTENTS_UNDER } from "./lua/intent-scripts.js";
+import { type EpochStore, MAX_EPOCH } from "../redis-shared/epoch-store.js";
 import {
-  ACQUIRE,
-  BREAK,
-  COLLECT_EXPIRED,
-  FIND_COVERING,
-  FIND_NEWER,
-  GET,
-  INSTALL_EPOCH,
-  LIST,
-  RENEW,
-  SWEEP,
-} from "./lua/lease-scripts.js";
-import { EVENT_ARGS } from "./lua/prelude.js";
+  acquireArgs,
+  decodeDelegate,
+  decodeIntents,
+  decodeLease,
+  decodeLeases,
+  intentArgs,
+  listArgs,
+  resourceArgs,
+  throwIntentRefusal,
+} from "../redis-shared/lease-codec.js";
+import { EVENT_ARGS } from "../redis-shared/lua/prelude.js";
+import { checkRedisSettings, type RedisSettingsReport } from "../redis-shared/redis-settings.js";
+import { DEFAULTS, SHARED_SCRIPTS } from "../redis-shared/scripts.js";
+import type { PoolMembership, SharedWaitLine } from "../wait-queue.js";
+import { ACQUIRE, BEGIN_COMMIT, BREAK, INSTALL_EPOCH } from "./lua/lease-scripts.js";
 import { RELEASE_AND_WAKE } from "./lua/wait-scripts.js";
-import { checkRedisSettings, type RedisSettingsReport } from "./redis-settings.js";
 import { createRedisWaiting } from "./redis-wait-queue.js";
 
 export type RedisLeaseStoreOptions = {
@@ -75,12 +77,9 @@ export type RedisLeaseStoreOptions = {
   waitTicketTtlMs?: number;
 };
 
-/** A lease's delegate, as LeaseStore keeps it (see DelegateRecord there). */
-type Delegate = { delegateId: string; leaseId: string; createdBy: string; createdAt: number };
-
 export type RedisLeaseStore = LeaseStore & {
-  addDelegate(delegate: Delegate): Promise<void>;
-  listDelegates(leaseId?: string): Promise<Delegate[]>;
+  addDelegate(delegate: DelegateRecord): Promise<void>;
+  listDelegates(leaseId?: string): Promise<DelegateRecord[]>;
   removeDelegate(leaseId: string, delegateId: string): Promise<boolean>;
   /** The connection, for the start-up settings check and tests. */
   readonly redis: Redis;
@@ -105,33 +104,15 @@ export type RedisLeaseStore = LeaseStore & {
   readonly releaseWakesWaiters: true;
 };
 
-const DAY_MS = 24 * 60 * 60 * 1000;
-const COLLECT_LIMIT = 1000;
-const SWEEP_LIMIT = 500;
-
 const SCRIPTS = {
+  ...SHARED_SCRIPTS,
   acquire: new LuaScript("acquire", ACQUIRE),
-  renew: new LuaScript("renew", RENEW),
   // Release and the wake-up of the waiters first in line, in one call (wait-scripts.ts).
   release: new LuaScript("release", RELEASE_AND_WAKE),
   breakLease: new LuaScript("break", BREAK),
-  collectExpired: new LuaScript("collect-expired", COLLECT_EXPIRED),
-  sweep: new LuaScript("sweep", SWEEP),
-  get: new LuaScript("get", GET),
-  list: new LuaScript("list", LIST),
-  findCovering: new LuaScript("find-covering", FIND_COVERING),
-  findNewer: new LuaScript("find-newer", FIND_NEWER),
   installEpoch: new LuaScript("install-epoch", INSTALL_EPOCH),
   beginCommit: new LuaScript("begin-commit", BEGIN_COMMIT),
-  forgetIntents: new LuaScript("forget-intents", FORGET_INTENTS),
-  intentsUnder: new LuaScript("intents-under", INTENTS_UNDER),
-  addDelegate: new LuaScript("add-delegate", ADD_DELEGATE),
-  listDelegates: new LuaScript("list-delegates", LIST_DELEGATES),
-  removeDelegate: new LuaScript("remove-delegate", REMOVE_DELEGATE),
 };
-
-const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] =>
-  l.key !== undefined ? ["k", l.key] : ["p", l.prefix ?? ""];
 
 /**
  * A lease store on one Redis (or a Redis primary with replicas), shared by every gateway replica.
@@ -146,17 +127,13 @@ const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] 
  * only expires or gets fenced.
  */
 export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseStore {
-  const P = opts.keyPrefix ?? "{fencegate}";
-  const retainMs = opts.retainMs ?? DAY_MS;
-  const sweepEveryMs = opts.sweepEveryMs ?? 60_000;
+  const P = opts.keyPrefix ?? DEFAULT_REDIS_KEY_PREFIX;
+  const retainMs = opts.retainMs ?? DEFAULTS.retainMs;
+  const sweepEveryMs = opts.sweepEveryMs ?? DEFAULTS.sweepEveryMs;
   const where = redactUrl(opts.url);
   // Reconnects for ever, at most a second apart: service resumes by itself.
   const redis = openFailClosedRedis(opts.url, { timeoutMs: opts.commandTimeoutMs ?? 2_000 });
-  let lastError = "";
-  redis.on("error", (e: Error) => {
-    if (e.message !== lastError) opts.log?.warn({ err: e.message, redis: where }, "Redis lease store");
-    lastError = e.message;
-  });
+  warnOnErrors(redis, opts.log, "Redis lease store", where);
   let refusal: string | null = null;
   // Settings are checked on every connection before any operation runs on it.
   let settings: RedisSettingsReport | null = null;
@@ -201,7 +178,6 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       })
       .finally(() => settled.emit("settled"));
   redis.on("ready", () => {
-    lastError = "";
     settingsRefusal = "checking the Redis server's settings";
     check().catch(() => undefined);
   });
@@ -229,10 +205,14 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
   const unavailable = (why: string) =>
     new DomainError("LeaseStoreUnavailable", `the Redis lease store (${where}) is unavailable: ${why}`);
 
-  async function run(script: LuaScript, args: readonly (string | number)[]): Promise<unknown> {
+  function assertServing(): void {
     if (closed) throw unavailable("the store is closed");
     if (refusal) throw unavailable(refusal);
     if (settingsRefusal) throw unavailable(settingsRefusal);
+  }
+
+  async function run(script: LuaScript, args: readonly (string | number)[]): Promise<unknown> {
+    assertServing();
     const now = opts.clock ? String(opts.clock()) : "";
     try {
       return await script.run(redis, [P], [now, retainMs, ...args]);
@@ -346,7 +326,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     const now = Date.now();
     if (now - lastSweepAt < sweepEveryMs && now >= lastSweepAt) return;
     lastSweepAt = now;
-    await run(SCRIPTS.sweep, [SWEEP_LIMIT]);
+    await run(SCRIPTS.sweep, [DEFAULTS.sweepLimit]);
   }
 
   return {
@@ -365,16 +345,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
 
     async tryAcquire(input, _hook, events): Promise<AcquireResult> {
       validateAcquire(input);
-      const [kind, s] = resourceArgs(input.resource);
-      const args = [
-        kind,
-        input.resource.bucket,
-        s,
-        input.owner,
-        input.ttlMs,
-        newLeaseId(),
-        input.principal ?? "",
-      ];
+      const args = acquireArgs(input, newLeaseId());
       const reply = await runEvents(runWithFloor, SCRIPTS.acquire, args, events, (r) =>
         r[0] === "granted" ? r[3] : 0,
       );
@@ -398,8 +369,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       if (status === "ok") return decodeLease(value)!;
       if (status === "notfound") throw leaseNotFound(leaseId);
       if (status === "released" || status === "broken") throw lostByRelease(leaseId, status === "broken");
-      const at = new Date(Number(value)).toISOString();
-      throw new DomainError("LeaseLost", `lease ${leaseId} expired at ${at}`, { leaseId, reason: "expired" });
+      throw lostByExpiry(leaseId, Number(value));
     },
 
     async release(leaseId, _hook, events) {
@@ -425,32 +395,15 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
 
     async listDelegates(leaseId) {
       const raw = (await run(SCRIPTS.listDelegates, [leaseId ?? ""])) as Array<string | null>;
-      return raw.flatMap((json) => {
-        if (json === null) return [];
-        const d = JSON.parse(json) as Record<string, string>;
-        return [
-          {
-            delegateId: d.delegateId!,
-            leaseId: d.leaseId!,
-            createdBy: d.createdBy!,
-            createdAt: Number(d.createdAt),
-          },
-        ];
-      });
+      return raw.flatMap((json) => (json === null ? [] : [decodeDelegate(json)]));
     },
 
     async removeDelegate(leaseId, delegateId) {
       return Number(await run(SCRIPTS.removeDelegate, [leaseId, delegateId])) === 1;
     },
 
-    async list({ bucket, prefix }) {
-      const args = [
-        bucket ?? "",
-        bucket === undefined ? "0" : "1",
-        prefix ?? "",
-        prefix === undefined ? "0" : "1",
-      ];
-      return decodeLeases(await run(SCRIPTS.list, args));
+    async list(filter) {
+      return decodeLeases(await run(SCRIPTS.list, listArgs(filter)));
     },
 
     async findActiveCovering(bucket, key) {
@@ -463,7 +416,13 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     },
 
     async collectExpired(_hook, events) {
-      const reply = await runEvents(run, SCRIPTS.collectExpired, [COLLECT_LIMIT], events, (r) => r[2]);
+      const reply = await runEvents(
+        run,
+        SCRIPTS.collectExpired,
+        [DEFAULTS.collectLimit],
+        events,
+        (r) => r[2],
+      );
       const expired = decodeLeases(reply[1]);
       await maybeSweep();
       return expired;
@@ -471,15 +430,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
 
     async beginCommit(intent): Promise<CommitIntent> {
       const intentId = randomBytes(12).toString("base64url");
-      const fenced = intent.kind === "fenced";
-      const reply = await runWithFloor(SCRIPTS.beginCommit, [
-        intentId,
-        intent.kind,
-        intent.bucket,
-        intent.key,
-        fenced ? intent.leaseId : "",
-        fenced ? intent.token : 0,
-      ]);
+      const reply = await runWithFloor(SCRIPTS.beginCommit, intentArgs(intentId, intent));
       if (reply[0] === "ok") return { intentId, ceiling: Number(reply[1]) };
       throwIntentRefusal(intent, reply);
     },
@@ -498,9 +449,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     },
 
     async ping() {
-      if (closed) throw unavailable("the store is closed");
-      if (refusal) throw unavailable(refusal);
-      if (settingsRefusal) throw unavailable(settingsRefusal);
+      assertServing();
       try {
         await redis.ping();
       } catch (e) {
@@ -531,21 +480,12 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       if (redis.status === "ready" && settings !== null && !settingsRefusal?.startsWith("checking")) {
         return Promise.resolve(true);
       }
-      return new Promise((resolve) => {
-        const done = (ok: boolean) => {
-          clearTimeout(timer);
-          settled.off("settled", onSettled);
-          resolve(ok);
-        };
-        const onSettled = () => done(true);
-        const timer = setTimeout(() => done(false), timeoutMs);
-        settled.on("settled", onSettled);
-      });
+      return eventWithin(settled, "settled", timeoutMs);
     },
 
     async sweep() {
       lastSweepAt = Date.now();
-      return Number(await run(SCRIPTS.sweep, [SWEEP_LIMIT]));
+      return Number(await run(SCRIPTS.sweep, [DEFAULTS.sweepLimit]));
     },
 
     sharedWaitLine: () => sharedWaiting().line,
@@ -554,15 +494,4 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
 
     sharedPoolMembership: () => sharedWaiting().pools,
   };
-}
-
-/** The URL without its password, for messages and logs. */
-export function redactUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = "***";
-    return u.toString();
-  } catch {
-    return "(unparsable URL)";
-  }
 }

@@ -5,6 +5,7 @@ import { assertFailClosed, openSubscriber } from "../../core/redis-connection.js
 import { newLeaseId } from "../lease-rules.js";
 import type { LeaseEventContext, LeaseResource } from "../lease-store.js";
 import { validateAcquire } from "../lease-validation.js";
+import { decodeIntents, decodeLease, decodeLeases } from "../redis-shared/lease-codec.js";
 import type {
   DelegateNotice,
   HeadAttempt,
@@ -12,7 +13,6 @@ import type {
   SharedWaitLine,
   WaitNotice,
 } from "../wait-queue.js";
-import { decodeIntents, decodeLease, decodeLeases } from "./lease-codec.js";
 import {
   ACQUIRE_AS_HEAD,
   ANNOUNCE,

@@ -5,7 +5,6 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { encodeCursor } from "../../../src/audit/audit-cursor.js";
 import type { AuditLog, AuditQuery, AuditRecord } from "../../../src/audit/audit-log.js";
 import { createDirArchiveStore } from "../../../src/audit/redis/archive-store.js";
-import { AUDIT_APPEND_LUA } from "../../../src/audit/redis/audit-lua.js";
 import { APPEND } from "../../../src/audit/redis/audit-scripts.js";
 import {
   connectRedis,
@@ -16,6 +15,7 @@ import {
 import { createMemoryBackend } from "../../../src/backends/memory/memory-backend.js";
 import { fakeClock } from "../../../src/core/clock.js";
 import { LuaScript } from "../../../src/core/lua-source.js";
+import { AUDIT_APPEND_LUA } from "../../../src/core/redis/audit-append.js";
 import { createBackendArchiveStore } from "../../../src/server/backend-archive-store.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";

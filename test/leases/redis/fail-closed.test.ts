@@ -4,12 +4,12 @@
  * service resumes without a restart. Settings that break mutual exclusion are refused.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
 import {
   createRedisLeaseStore,
   type RedisLeaseStore,
   type RedisLeaseStoreOptions,
 } from "../../../src/leases/redis/redis-lease-store.js";
+import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";
 import { requireTools } from "../../support/tools.js";

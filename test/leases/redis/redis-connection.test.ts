@@ -7,9 +7,9 @@ import {
   openFailClosedRedis,
   openSubscriber,
 } from "../../../src/core/redis-connection.js";
-import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
 import { createRedisWaiting } from "../../../src/leases/redis/redis-wait-queue.js";
+import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import { freePort, type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";
 import { requireTools } from "../../support/tools.js";

@@ -1,7 +1,7 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
-import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore, type RedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
+import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import { useRedisForFile } from "../../support/redis.js";
 import { describeLeaseStoreContract, type FakeClock } from "../lease-store.contract.js";
 

@@ -18,6 +18,7 @@ import { loadConfig } from "../../../src/config/load.js";
 import { createLogger } from "../../../src/core/log.js";
 import * as leaseScripts from "../../../src/leases/redis/lua/lease-scripts.js";
 import * as waitScripts from "../../../src/leases/redis/lua/wait-scripts.js";
+import * as sharedScripts from "../../../src/leases/redis-shared/lua/lease-scripts.js";
 import { startGateway } from "../../../src/server/gateway.js";
 import { CREDENTIALS, tempDir, waitForHealth } from "../../support/gateway.js";
 import { startRedis } from "../../support/redis.js";
@@ -33,7 +34,7 @@ afterEach(async () => {
 
 /** The lease store's scripts by SHA1 (what EVALSHA names), as their export names. */
 const SCRIPT_NAMES = new Map<string, string>();
-for (const [name, value] of Object.entries({ ...leaseScripts, ...waitScripts })) {
+for (const [name, value] of Object.entries({ ...sharedScripts, ...leaseScripts, ...waitScripts })) {
   if (typeof value === "string") SCRIPT_NAMES.set(createHash("sha1").update(value).digest("hex"), name);
 }
 

@@ -6,9 +6,9 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
-import type { EpochStore } from "../../../src/leases/redis/epoch-store.js";
-import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
 import { createRedisLeaseStore, type RedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
+import type { EpochStore } from "../../../src/leases/redis-shared/epoch-store.js";
+import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";
 import { requireTools } from "../../support/tools.js";

@@ -19,7 +19,7 @@ import { makeKeyring, signFencingToken } from "../../../src/fence/tokens.js";
 import { WriteFencer } from "../../../src/fence/write-fencer.js";
 import { type LeaseInfo, LeaseService } from "../../../src/leases/lease-service.js";
 import type { AcquireResult, CommitIntentRef, LeaseRecord } from "../../../src/leases/lease-store.js";
-import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
+import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import {
   createRedlockLeaseStore,
   type RedlockLeaseStore,

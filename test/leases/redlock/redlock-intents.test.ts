@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
-import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
+import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import {
   createRedlockLeaseStore,
   type RedlockLeaseStore,

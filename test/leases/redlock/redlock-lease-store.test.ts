@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
-import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
+import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import {
   createRedlockLeaseStore,
   type RedlockLeaseStore,

@@ -10,7 +10,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { systemClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
 import type { LeaseRecord } from "../../../src/leases/lease-store.js";
-import { createFileEpochStore } from "../../../src/leases/redis/file-epoch-store.js";
+import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import {
   createRedlockLeaseStore,
   type RedlockLeaseStore,

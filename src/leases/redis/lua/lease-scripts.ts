@@ -1,18 +1,13 @@
 import { luaFiles } from "../../../core/lua-source.js";
-import { PRELUDE } from "./prelude.js";
+import { INTENT_STEPS } from "../../redis-shared/lua/lease-scripts.js";
+import { PRELUDE } from "../../redis-shared/lua/prelude.js";
 
 const lua = luaFiles(import.meta.url);
 
-// Scripts that make lease events take an event context after their own arguments (EVENT_ARGS in
-// prelude.ts): with one, they append the events' audit records themselves, in the same step, and
-// answer {'auditlost'} without changing anything while the audit log cannot take records; the
-// last element of their answer is then the seq of the last record appended (0 for none).
-
 /**
- * The lease scripts: each lease-store operation is one of these, run atomically by Redis. Each
- * starts with the prelude (key layout, clock, token floor, overlap lookups). A script that needs
- * a token and finds the floor unknown answers {'epoch'} and changes nothing; the store installs
- * a new epoch and runs it again.
+ * The scripts of one Redis that take a token from its counter (the others: ../../redis-shared/lua).
+ * Finding the floor unknown, one answers {'epoch'} and changes nothing; the store installs a new
+ * epoch and runs it again.
  */
 
 /**
@@ -21,53 +16,6 @@ const lua = luaFiles(import.meta.url);
  * {'held', lease}, {'fence', token, intents}, {'epoch'} or {'auditlost'}.
  */
 export const ACQUIRE = lua("acquire.lua", { PRELUDE });
-
-/**
- * ARGV[3..4]: lease id, ttl ms; ARGV[5..]: the event context. Only the lease's id reaches it: no
- * resource lookup. Answers {'ok', lease, seq}, {'notfound'}, {'released'}, {'broken'}, {'expired', exp} or
- * {'auditlost'}.
- */
-export const RENEW = lua("renew.lua", { PRELUDE });
-
-/**
- * The release script's body, after the prelude and a `wake_ended(l, now)` function: the plain
- * release defines it to do nothing; the shared wait queue's release-and-wake (wait-scripts.ts)
- * tells the waiters first in line in the same script, so that a release is one call.
- */
-export const RELEASE_BODY = lua("release-body.lua");
-
-/**
- * ARGV[3]: lease id; ARGV[4..]: the event context. Answers {'released', lease, seq}, {'expired',
- * lease, seq} (it had expired unnoticed: its expiry is what gets reported), {'notfound'}
- * (unknown, or already seen to end) or {'auditlost'}.
- */
-export const RELEASE = lua("release.lua", { PRELUDE, RELEASE_BODY });
-
-/**
- * ARGV[3]: the most leases to report at once; ARGV[4..]: the event context. Answers {'ok',
- * leases, seq} or {'auditlost'}.
- */
-export const COLLECT_EXPIRED = lua("collect-expired.lua", { PRELUDE });
-
-/**
- * ARGV[3]: the most due leases to look at. Forgets leases that ended at least the retention ago,
- * in token order, each only once no older overlapping lease stays remembered (the rule of
- * selectForgettable in src/leases/embedded/retention.ts): findNewerOverlapping of a remembered
- * lease must never miss its successor.
- */
-export const SWEEP = lua("sweep.lua", { PRELUDE });
-
-/** ARGV[3]: lease id. */
-export const GET = lua("get.lua", { PRELUDE });
-
-/** ARGV[3..6]: bucket, '1' when the bucket filters, prefix, '1' when the prefix filters. */
-export const LIST = lua("list.lua", { PRELUDE });
-
-/** ARGV[3..4]: bucket, key. */
-export const FIND_COVERING = lua("find-covering.lua", { PRELUDE });
-
-/** ARGV[3..6]: kind ('k' | 'p'), bucket, key or prefix, token of the lease asked about. */
-export const FIND_NEWER = lua("find-newer.lua", { PRELUDE });
 
 /**
  * ARGV[3..4]: the epoch to install, the quarantine (ms) after a loss of data (0 = none). Installs
@@ -85,3 +33,14 @@ export const INSTALL_EPOCH = lua("install-epoch.lua", { PRELUDE });
  * Answers {'broken', lease, token, intents, seq}, {'notfound'}, {'epoch'} or {'auditlost'}.
  */
 export const BREAK = lua("break.lua", { PRELUDE });
+
+/**
+ * Commit intents (src/fence/commit.ts): the check that a write's lease is current and the record
+ * of the write, in one script, so that no grant can land between them.
+ *
+ * ARGV[3..8]: intent id, kind ('fenced' | 'unfenced'), bucket, key, lease id, token.
+ * Answers {'ok', ceiling}, {'epoch'} while the floor is unknown, or
+ * {'refused', now, lease, newer, covering} with the facts the refusal rests on (empty when
+ * absent), from which the store builds the same error as every other store (judgeIntent).
+ */
+export const BEGIN_COMMIT = lua("begin-commit.lua", { PRELUDE, INTENT_STEPS });

@@ -1,6 +1,6 @@
 import { luaFiles } from "../../../core/lua-source.js";
-import { RELEASE_BODY } from "./lease-scripts.js";
-import { PRELUDE } from "./prelude.js";
+import { RELEASE_BODY } from "../../redis-shared/lua/lease-scripts.js";
+import { PRELUDE } from "../../redis-shared/lua/prelude.js";
 
 const lua = luaFiles(import.meta.url);
 

@@ -6,13 +6,8 @@ local ceiling = tonumber(ARGV[9])
 local now = clock(true)
 local last = floor_known()
 if not last then return {'epoch'} end
-if kind == 'unfenced' then
-  local covering = active_overlapping(b, key, nil, now)
-  if covering then return {'refused', fmt(now), {}, {}, covering.raw} end
-else
-  local refusal = fenced_intent_refusal(b, key, lid, tok, now)
-  if refusal then return refusal end
-end
+local refusal = intent_refusal(kind, b, key, lid, tok, now)
+if refusal then return refusal end
 if kind == 'unfenced' and ceiling > last then redis.call('HSET', P .. ':floor', 'last', fmt(ceiling)) end
 file_intent(intent_id, kind, b, key, lid, tok, now)
 return {'ok', redis.call('HGET', P .. ':floor', 'last')}

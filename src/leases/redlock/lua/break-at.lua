@@ -10,11 +10,6 @@ if took == false then return {'stale', redis.call('HGET', P .. ':floor', 'last')
 local l = lease(id)
 if not l or not is_open(l) then return {'notfound'} end
 local now = clock(true)
-if is_active(l, now) then
-  -- 'brk': broken, not released by its holder (what a refusal of its holder later says).
-  redis.call('HSET', LEASE .. id, 'rel', fmt(now), 'brk', fmt(now))
-  end_lease(l, now, now)
-else
-  end_lease(l, l.exp, now)
-end
+-- No events here (the Redlock store's caller records them): break_open records nothing.
+break_open(l, now)
 return {'broken', redis.call('HGETALL', LEASE .. id), intents_under(l.b, l.k, l.p)}

@@ -1,6 +1,6 @@
 import { luaFiles } from "../../../core/lua-source.js";
-import { INTENT_STEPS } from "../../redis/lua/intent-scripts.js";
-import { PRELUDE } from "../../redis/lua/prelude.js";
+import { INTENT_STEPS } from "../../redis-shared/lua/lease-scripts.js";
+import { PRELUDE } from "../../redis-shared/lua/prelude.js";
 
 const lua = luaFiles(import.meta.url);
 

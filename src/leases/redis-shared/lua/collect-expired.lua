@@ -13,10 +13,6 @@ table.sort(out, by_token)
 for _, l in ipairs(out) do record_event(stored(l)) end
 -- Marked reported in the same step that reports (and records) it: one replica reports each
 -- expiry once.
-local reported = {}
-for i, l in ipairs(out) do
-  end_lease(l, l.exp, now)
-  reported[i] = redis.call('HGETALL', LEASE .. l.id)
-end
+local reported = end_expired(out, now)
 for _, id in ipairs(ids) do redis.call('ZREM', P .. ':exp', id) end
 return {'ok', reported, SEQ}

@@ -1,6 +1,51 @@
 import { DomainError } from "../../core/errors.js";
 import { judgeIntent } from "../lease-rules.js";
-import type { CommitIntentRef, IntentInput, LeaseRecord } from "../lease-store.js";
+import type {
+  AcquireInput,
+  CommitIntentRef,
+  DelegateRecord,
+  IntentInput,
+  LeaseRecord,
+} from "../lease-store.js";
+
+/** A lease's resource as script arguments: kind ('k' | 'p') and the key or prefix. */
+export const resourceArgs = (l: Pick<LeaseRecord, "key" | "prefix">): [string, string] =>
+  l.key !== undefined ? ["k", l.key] : ["p", l.prefix ?? ""];
+
+/** An acquire's arguments (ARGV[3..9] of the acquire scripts), for a new lease with id `id`. */
+export function acquireArgs(input: AcquireInput, id: string): (string | number)[] {
+  const [kind, s] = resourceArgs(input.resource);
+  return [kind, input.resource.bucket, s, input.owner, input.ttlMs, id, input.principal ?? ""];
+}
+
+/** A list's filters as the list script takes them: bucket, '1' when it filters, prefix, same. */
+export const listArgs = ({ bucket, prefix }: { bucket?: string; prefix?: string }): string[] => [
+  bucket ?? "",
+  bucket === undefined ? "0" : "1",
+  prefix ?? "",
+  prefix === undefined ? "0" : "1",
+];
+
+/** A commit intent's arguments (ARGV[3..8] of the begin-commit scripts). */
+export const intentArgs = (intentId: string, intent: IntentInput): (string | number)[] => [
+  intentId,
+  intent.kind,
+  intent.bucket,
+  intent.key,
+  intent.kind === "fenced" ? intent.leaseId : "",
+  intent.kind === "fenced" ? intent.token : 0,
+];
+
+/** A delegate's record (JSON) as the delegate scripts store it. */
+export function decodeDelegate(json: string): DelegateRecord {
+  const d = JSON.parse(json) as Record<string, string>;
+  return {
+    delegateId: d.delegateId!,
+    leaseId: d.leaseId!,
+    createdBy: d.createdBy!,
+    createdAt: Number(d.createdAt),
+  };
+}
 
 /** A lease hash as Redis returns it (HGETALL: field, value, field, value, ...), as a LeaseRecord. */
 export function decodeLease(raw: unknown): LeaseRecord | null {
@@ -22,6 +67,26 @@ export function decodeLease(raw: unknown): LeaseRecord | null {
   if (f.has("end")) lease.endedAt = Number(f.get("end"));
   if (f.has("pr")) lease.principal = f.get("pr")!;
   return lease;
+}
+
+/** A lease as the fields of its Redis hash (the reverse of decodeLease). */
+export function encodeLease(l: LeaseRecord): Record<string, string> {
+  const f: Record<string, string> = {
+    id: l.leaseId,
+    b: l.bucket,
+    o: l.owner,
+    tok: String(l.token),
+    ttl: String(l.ttlMs),
+    acq: String(l.acquiredAt),
+    exp: String(l.expiresAt),
+  };
+  if (l.key !== undefined) f.k = l.key;
+  else f.p = l.prefix ?? "";
+  if (l.principal !== undefined) f.pr = l.principal;
+  if (l.releasedAt !== undefined) f.rel = String(l.releasedAt);
+  if (l.brokenAt !== undefined) f.brk = String(l.brokenAt);
+  if (l.endedAt !== undefined) f.end = String(l.endedAt);
+  return f;
 }
 
 export function decodeLeases(raw: unknown): LeaseRecord[] {

@@ -1,5 +1,12 @@
 
-local function fenced_intent_refusal(b, key, lid, tok, now)
+-- The refusal of a write whose intent is asked for (nil when it may go on): an unfenced write to
+-- a key an active lease covers, or a fenced write whose lease is not current.
+local function intent_refusal(kind, b, key, lid, tok, now)
+  if kind == 'unfenced' then
+    local covering = active_overlapping(b, key, nil, now)
+    if covering then return {'refused', fmt(now), {}, {}, covering.raw} end
+    return nil
+  end
   local l = lease(lid)
   if not l then return {'refused', fmt(now), {}, {}, {}} end
   local covers = l.b == b and ((l.k ~= nil and l.k == key) or (l.p ~= nil and string.sub(key, 1, #l.p) == l.p))

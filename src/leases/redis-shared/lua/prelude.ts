@@ -1,5 +1,5 @@
-import { AUDIT_APPEND_LUA } from "../../../audit/redis/audit-lua.js";
 import { luaFiles } from "../../../core/lua-source.js";
+import { AUDIT_APPEND_LUA } from "../../../core/redis/audit-append.js";
 
 const lua = luaFiles(import.meta.url);
 
@@ -25,7 +25,7 @@ const lua = luaFiles(import.meta.url);
  *              (findNewerOverlapping), until retention forgets it;
  * - `P:exp`    open leases by expiresAt (collectExpired, list); `P:forget` ended leases by the
  *              time retention forgets them;
- * - `P:dlg`, `P:dlgl:<id>`, `P:dlgr`  delegates (delegate-scripts.ts);
+ * - `P:dlg`, `P:dlgl:<id>`, `P:dlgr`  delegates (lease-scripts.ts);
  * - `P:intent:<id>` hash: b, k, lid, tok, at; `P:ik:<b>` the keys with intents (lexicographic),
  *              `P:ikl:<b>:<k>` the intent ids of one key.
  * <b> is the bucket prefixed with its length, so that no bucket/key pair reads as another.
@@ -33,7 +33,7 @@ const lua = luaFiles(import.meta.url);
  * Lease events: when the audit log lives in the same Redis under the same prefix, the grant,
  * renew, release, break and expiry scripts append the records of the events they make
  * themselves, with the audit log's own Lua function (audit_append,
- * src/audit/redis/lua/audit-append.lua): a lease change and its record commit together or not at
+ * src/core/redis/audit-append.lua): a lease change and its record commit together or not at
  * all. Such a script takes an event
  * context after its own arguments (EVENT_ARGS); without one, it records nothing and the caller
  * records the events (LeaseService, right after the script returns).

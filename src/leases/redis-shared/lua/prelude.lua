@@ -213,6 +213,42 @@ local function end_lease(l, ended_at, now)
   redis.call('ZREM', P .. ':exp', l.id)
   keep_until(l, ended_at, now)
 end
+-- Open leases overlapping a resource that expired unnoticed (not seen to end), in token order.
+local function lapsed_overlapping(b, key, prefix, now)
+  local lapsed = {}
+  for _, o in ipairs(overlapping(true, b, key, prefix)) do
+    if is_open(o) and o.exp <= now then lapsed[#lapsed + 1] = o end
+  end
+  table.sort(lapsed, by_token)
+  return lapsed
+end
+-- Ends leases that expired unnoticed, each at its expiry; answers their hashes, in list order.
+local function end_expired(list, now)
+  local raw = {}
+  for i, l in ipairs(list) do
+    end_lease(l, l.exp, now)
+    raw[i] = redis.call('HGETALL', LEASE .. l.id)
+  end
+  return raw
+end
+-- A new lease (key or prefix nil, principal '' for none): its record, filed as open (overlap
+-- checks) and remembered (findNewerOverlapping), in expiry order (collectExpired, list). Answers
+-- its hash.
+local function grant(id, b, key, prefix, owner, principal, tok, ttl, now)
+  local fields = {'id', id, 'b', b, 'o', owner, 'tok', fmt(tok), 'ttl', fmt(ttl), 'acq', fmt(now),
+    'exp', fmt(now + ttl)}
+  if key ~= nil then fields[#fields + 1] = 'k'; fields[#fields + 1] = key
+  else fields[#fields + 1] = 'p'; fields[#fields + 1] = prefix end
+  if principal ~= '' then fields[#fields + 1] = 'pr'; fields[#fields + 1] = principal end
+  redis.call('HSET', LEASE .. id, unpack(fields))
+  local l = {id = id, b = b, k = key, p = prefix, tok = tok}
+  file('ok', 'op', l)
+  file('rk', 'rp', l)
+  redis.call('ZADD', P .. ':exp', fmt(now + ttl), id)
+  -- Redis's TTL is a backstop only: expiry is decided from 'exp' against the clock.
+  redis.call('PEXPIRE', LEASE .. id, fmt(ttl + RETAIN + MARGIN))
+  return redis.call('HGETALL', LEASE .. id)
+end
 --{{AUDIT_APPEND}}
 
 -- The event context (EVENT_ARGS), from ARGV[i] on: the gateway id ('' or absent: the caller
@@ -248,4 +284,17 @@ local function stored(l)
   local f = {}
   for i = 1, #l.raw, 2 do f[l.raw[i]] = l.raw[i + 1] end
   return f
+end
+-- An administrator's break of open lease l: released and marked broken ('brk': what a refusal of
+-- its holder later says) if active; if it had expired unnoticed, its expiry is recorded first.
+local function break_open(l, now)
+  if is_active(l, now) then
+    record_event(stored(l))
+    redis.call('HSET', LEASE .. l.id, 'rel', fmt(now), 'brk', fmt(now))
+    end_lease(l, now, now)
+  else
+    record_event(stored(l), 'LeaseExpired')
+    record_event(stored(l))
+    end_lease(l, l.exp, now)
+  end
 end
