@@ -206,6 +206,9 @@ describe("transactions on the S3 backend", () => {
       readers: 3,
       // Each staged write is a few store round trips: a lease long enough for most commits.
       ttlMs: 1_000,
+      // On a busy machine fewer commits happen in the same time: go on (up to 40 s) until these.
+      minCommitted: 3,
+      minRefused: 1,
     });
     expect(history.commits.filter((c) => c.outcome === "committed").length).toBeGreaterThanOrEqual(3);
     expect(history.commits.filter((c) => c.outcome === "refused").length).toBeGreaterThanOrEqual(1);
