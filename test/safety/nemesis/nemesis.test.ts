@@ -25,7 +25,7 @@ describe.each(["s3", "azure"] as const)("nemesis on %s", (store) => {
   const options = optionsFromEnv(store, { durationMs: CI_MS });
 
   it(`keeps every safety rule under faults (seed ${options.seed})`, {
-    timeout: options.durationMs + 180_000,
+    timeout: 2 * options.durationMs + 180_000,
   }, async () => {
     console.log(`nemesis ${store}: seed ${options.seed} (FENCEGATE_NEMESIS_SEED=${options.seed} replays it)`);
     const report = await runNemesis(options);
