@@ -163,10 +163,11 @@ describe("transactions on the S3 backend", () => {
   });
 
   it("aborts a transaction whose lease ended before the commit", async () => {
-    const lease = await a.leases.acquire({ bucket, prefix: "c/", ttlMs: 300 });
+    // Long enough for the staged write on a busy machine; the commit comes after its expiry.
+    const lease = await a.leases.acquire({ bucket, prefix: "c/", ttlMs: 2_000 });
     const tx = await openTransaction(a, lease.leaseId);
     expect((await putIn(a, lease, tx.transactionId, bucket, "c/1", "x")).status).toBe(200);
-    await sleep(400);
+    await sleep(Math.max(0, Date.parse(lease.expiresAt) - Date.now()) + 200);
     const commit = await api(b, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status).toBe(409);
     expect(await getBody(a, bucket, "c/1")).toBeNull();
