@@ -72,6 +72,7 @@ import { DomainError } from "../../core/errors.js";
 import { deleteBucketSafely, noWritesInFlight } from "../../fence/bucket-deletion.js";
 import { runCommit, transactionOutcome } from "../../fence/commit-driver.js";
 import type { TransactionLog } from "../../fence/commit-port.js";
+import { noSuchBucket, noSuchKey } from "../backend-errors.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
@@ -95,7 +96,7 @@ import { AzureBuckets } from "./azure-buckets.js";
 import { azureCode, azureStatus, isBlobNotFound } from "./azure-errors.js";
 import { AzureMultipartStore } from "./azure-multipart.js";
 import { type AzureBackendOptions, createClient, resolveOptions } from "./azure-options.js";
-import { AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
+import { AzureStore, CONTAINER_DELETED, isAzureContainerName } from "./azure-store.js";
 import { listObjectPage } from "./blob-listing.js";
 import { type BlobView, blobHeadersOf, type StoredPending, viewOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
@@ -699,6 +700,3 @@ function pendingView(view: BlobView, p: StoredPending): BlobView {
     },
   };
 }
-
-const noSuchKey = (bucket: string, key: string) =>
-  new DomainError("NoSuchKey", "the specified key does not exist", { bucket, key });

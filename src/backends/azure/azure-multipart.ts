@@ -2,6 +2,7 @@ import type { BlobItem, BlockBlobClient, ContainerClient } from "@azure/storage-
 import { DomainError } from "../../core/errors.js";
 import { applyFence, checkWriteConditions } from "../../fence/commit.js";
 import { runCommit } from "../../fence/commit-driver.js";
+import { assertNonNegative, noSuchBucket, noSuchUpload, partReplaced } from "../backend-errors.js";
 import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import type {
@@ -21,7 +22,7 @@ import type {
   UploadRef,
 } from "../storage-backend.js";
 import { abandoned, azureStatus } from "./azure-errors.js";
-import { type AzureStore, isAzureContainerName, noSuchBucket } from "./azure-store.js";
+import { type AzureStore, isAzureContainerName } from "./azure-store.js";
 import { blobPages } from "./blob-listing.js";
 import { blobHeadersOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
@@ -36,7 +37,6 @@ import {
   newPartAttempt,
   newUploadId,
   nextPartOrder,
-  noSuchUpload,
   PART_META,
   type PartRecord,
   parsePartName,
@@ -478,11 +478,7 @@ export class AzureMultipartStore implements MultipartStore {
     for (const part of used) {
       const current = now.get(part.partNumber);
       if (current?.name !== part.name || current.azureEtag !== part.azureEtag) {
-        throw new DomainError(
-          "InvalidPart",
-          `part ${part.partNumber} was replaced while the upload was being completed`,
-          { partNumber: part.partNumber },
-        );
+        throw partReplaced(part.partNumber);
       }
     }
   }
@@ -562,11 +558,5 @@ function* seekUploads(
     ) {
       yield upload;
     }
-  }
-}
-
-function assertNonNegative(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
   }
 }

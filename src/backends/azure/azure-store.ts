@@ -3,6 +3,7 @@ import { DomainError } from "../../core/errors.js";
 import { assertValidObjectKey } from "../../core/key-rules.js";
 import { LruMap } from "../../core/lru.js";
 import { BucketTrust } from "../../fence/bucket-deletion.js";
+import { noSuchBucket } from "../backend-errors.js";
 import type { BucketInfo } from "../storage-backend.js";
 import { AzureCalls } from "./azure-calls.js";
 import { azureStatus, isBlobNotFound, isContainerNotFound } from "./azure-errors.js";
@@ -29,9 +30,6 @@ export type ContainerState =
   | { state: "missing" }
   | { state: "deleted"; metadata: Record<string, string> }
   | { state: "live"; info: BucketInfo; metadata: Record<string, string> };
-
-export const noSuchBucket = (bucket: string) =>
-  new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket });
 
 /** How many blobs' last states a backend keeps (least recently used out first). */
 const LATEST_CAPACITY = 10_000;

@@ -1,8 +1,9 @@
 import { DomainError } from "../../core/errors.js";
 import { LruMap } from "../../core/lru.js";
 import type { SwapAnswer, TransactionLog, TxRead, TxRecord } from "../../fence/commit-port.js";
+import { noSuchBucket } from "../backend-errors.js";
 import { azureStatus, isContainerNotFound, isLostRace } from "./azure-errors.js";
-import { type AzureStore, noSuchBucket } from "./azure-store.js";
+import type { AzureStore } from "./azure-store.js";
 
 /**
  * The records of fenced transactions in a container: the blob `<meta>t/<id>`, JSON (TxRecord),

@@ -132,10 +132,3 @@ export const toPartInfo = (partNumber: number, part: PartRecord): PartInfo => ({
   etag: `"${part.md5}"`,
   lastModified: new Date(part.at),
 });
-
-export const noSuchUpload = (uploadId: string) =>
-  new DomainError(
-    "NoSuchUpload",
-    "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
-    { uploadId },
-  );

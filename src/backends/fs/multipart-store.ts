@@ -1,9 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import type { Clock } from "../../core/clock.js";
-import { DomainError } from "../../core/errors.js";
 import { runCommit } from "../../fence/commit-driver.js";
 import type { EmbeddedDomain } from "../../sqlite/db.js";
+import { assertNonNegative, partReplaced } from "../backend-errors.js";
 import { listSorted } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import type {
@@ -245,11 +245,7 @@ export class FsMultipartStore implements MultipartStore {
       const handle = await this.blobs.openForRead(part.blob);
       if (!handle) {
         this.rows.requireUpload(ref); // NoSuchUpload when it was aborted or completed meanwhile
-        throw new DomainError(
-          "InvalidPart",
-          `part ${part.part_number} was replaced while the upload was being completed`,
-          { partNumber: part.part_number },
-        );
+        throw partReplaced(part.part_number);
       }
       const stream = handle.createReadStream();
       try {
@@ -259,11 +255,6 @@ export class FsMultipartStore implements MultipartStore {
       }
     }
   }
-}
-
-/** The client went away before the commit: nothing is committed. */
-export function abandoned(): DomainError {
-  return new DomainError("IncompleteBody", "the request was abandoned before it committed");
 }
 
 /** Starts with the initiation time, so that ordering by id within a key is ordering by initiation. */
@@ -278,10 +269,4 @@ function toPartInfo(row: PartRow): PartInfo {
     etag: `"${row.md5}"`,
     lastModified: new Date(row.last_modified),
   };
-}
-
-function assertNonNegative(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
-  }
 }

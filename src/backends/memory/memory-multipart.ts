@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { Clock } from "../../core/clock.js";
 import type { MemoryDomain } from "../../core/tx.js";
 import { runCommit } from "../../fence/commit-driver.js";
+import { assertNonNegative } from "../backend-errors.js";
 import { listSorted } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import type {
@@ -21,7 +22,6 @@ import type {
   UploadPartResult,
   UploadRef,
 } from "../storage-backend.js";
-import { assertNonNegative } from "./errors.js";
 import { bufferBody } from "./memory-body.js";
 import type { MemoryObjects, MemoryVersion } from "./memory-objects.js";
 import { MemoryUploads, type PartRecord, toUpload } from "./memory-uploads.js";

@@ -1,7 +1,7 @@
 import type { MemoryDomain } from "../../core/tx.js";
+import { noSuchUpload, partReplaced } from "../backend-errors.js";
 import { compareKeys, type SeekFn, type SeekFrom } from "../list-helper.js";
 import type { CreateUploadInput, MultipartUpload, UploadRef } from "../storage-backend.js";
-import { noSuchUpload, partReplaced } from "./errors.js";
 import { seekSorted } from "./sorted-seek.js";
 import { change } from "./undoable.js";
 

@@ -4,6 +4,7 @@ import type { Logger } from "../../core/log.js";
 import { BucketTrust } from "../../fence/bucket-deletion.js";
 import { transactionOutcome } from "../../fence/commit-driver.js";
 import type { TransactionLog } from "../../fence/commit-port.js";
+import { noSuchBucket } from "../backend-errors.js";
 import { parseMarker } from "./bucket-marker.js";
 import type { CapabilityGate } from "./capability.js";
 import type { Layout } from "./layout.js";
@@ -11,7 +12,6 @@ import type { S3CommitHooks } from "./options.js";
 import type { RecordStore } from "./record-store.js";
 import { newNonce, type ObjectRecord, type ReadRecord, rolledForward, withoutPending } from "./records.js";
 import type { Store, StoredObject } from "./store.js";
-import { noSuchBucket } from "./store-errors.js";
 import { TransactionRecords } from "./transaction-log.js";
 
 /**

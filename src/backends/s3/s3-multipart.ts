@@ -1,5 +1,5 @@
-import { DomainError } from "../../core/errors.js";
 import { OutcomeUnknownError, runCommit } from "../../fence/commit-driver.js";
+import { assertNonNegative, partReplaced } from "../backend-errors.js";
 import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
 import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
 import {
@@ -340,14 +340,3 @@ function* seekUploads(
 
 // Upload ids are lower-case hex, so code unit order is byte order.
 const compareIds = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-
-const partReplaced = (partNumber: number) =>
-  new DomainError("InvalidPart", `part ${partNumber} was replaced while the upload was being completed`, {
-    partNumber,
-  });
-
-function assertNonNegative(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
-  }
-}
