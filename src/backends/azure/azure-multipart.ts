@@ -3,8 +3,17 @@ import { DomainError } from "../../core/errors.js";
 import { applyFence, checkWriteConditions } from "../../fence/commit.js";
 import { runCommit } from "../../fence/commit-driver.js";
 import { assertNonNegative, noSuchBucket, noSuchUpload, partReplaced } from "../backend-errors.js";
-import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import {
+  assertPartNumber,
+  assertPartOrder,
+  compareUploads,
+  listUploadsPage,
+  multipartEtag,
+  partNumberMarker,
+  partsPage,
+  seekUploads,
+  selectParts,
+} from "../multipart.js";
 import type {
   CompleteUploadInput,
   CreateUploadInput,
@@ -272,20 +281,11 @@ export class AzureMultipartStore implements MultipartStore {
 
   async listParts(input: ListPartsInput): Promise<ListPartsResult> {
     this.assertOpen();
-    assertNonNegative("maxParts", input.maxParts);
-    const marker = input.partNumberMarker ?? 0;
-    assertNonNegative("partNumberMarker", marker);
+    const marker = partNumberMarker(input);
     const { upload } = await this.requireUpload(input);
     const all = (await this.readParts(input.bucket, input.uploadId)).filter((p) => p.partNumber > marker);
-    const page = all.slice(0, input.maxParts);
-    const isTruncated = all.length > input.maxParts;
-    const last = page.at(-1);
-    return {
-      upload,
-      parts: page.map((part) => toPartInfo(part.partNumber, part)),
-      isTruncated,
-      ...(isTruncated && last ? { nextPartNumberMarker: last.partNumber } : {}),
-    };
+    const infos = all.map((part) => toPartInfo(part.partNumber, part));
+    return partsPage(upload, infos, input.maxParts);
   }
 
   /**
@@ -297,32 +297,12 @@ export class AzureMultipartStore implements MultipartStore {
     assertNonNegative("maxUploads", input.maxUploads);
     await this.store.requireBucket(input.bucket);
     const uploads = await this.listUploadRecords(input.bucket);
-    uploads.sort((a, b) => compareKeys(a.key, b.key) || (a.uploadId < b.uploadId ? -1 : 1));
-    const marker =
-      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
-        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
-        : undefined;
-    const page = listSorted(
-      {
-        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
-        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
-        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
-        maxKeys: input.maxUploads,
-      },
-      (from) => seekUploads(uploads, from, marker),
+    uploads.sort(compareUploads);
+    return listUploadsPage(
+      input,
+      (marker) => (from) => seekUploads(uploads, from, marker),
+      ({ record: _record, ...upload }) => upload,
     );
-    const result: ListUploadsResult = {
-      uploads: page.objects.map(({ record: _record, ...upload }) => upload),
-      commonPrefixes: page.commonPrefixes,
-      isTruncated: page.isTruncated,
-    };
-    const last = result.uploads.at(-1);
-    if (page.isTruncated && page.nextStartAfter !== undefined) {
-      result.nextKeyMarker = page.nextStartAfter;
-      // The last entry was an upload (not a common prefix): continue within its key.
-      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
-    }
-    return result;
   }
 
   /**
@@ -536,27 +516,5 @@ export class AzureMultipartStore implements MultipartStore {
       .catch((e: unknown) => {
         if (azureStatus(e) !== 404) throw e;
       });
-  }
-}
-
-/** Uploads from `from` in (key, upload id) order; after the key marker with an id marker, within that key. */
-function* seekUploads(
-  sorted: ListedUpload[],
-  from: SeekFrom,
-  marker: { key: string; uploadId: string } | undefined,
-): Generator<ListedUpload> {
-  for (const upload of sorted) {
-    const c = compareKeys(upload.key, from.key);
-    if (from.inclusive ? c >= 0 : c > 0) {
-      yield upload;
-    } else if (
-      !from.inclusive &&
-      c === 0 &&
-      marker &&
-      marker.key === from.key &&
-      upload.uploadId > marker.uploadId
-    ) {
-      yield upload;
-    }
   }
 }

@@ -4,8 +4,15 @@ import type { Clock } from "../../core/clock.js";
 import { runCommit } from "../../fence/commit-driver.js";
 import type { EmbeddedDomain } from "../../sqlite/db.js";
 import { assertNonNegative, partReplaced } from "../backend-errors.js";
-import { listSorted } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import {
+  assertPartNumber,
+  assertPartOrder,
+  listUploadsPage,
+  multipartEtag,
+  partNumberMarker,
+  partsPage,
+  selectParts,
+} from "../multipart.js";
 import type {
   CompleteUploadInput,
   CreateUploadInput,
@@ -170,53 +177,18 @@ export class FsMultipartStore implements MultipartStore {
 
   async listParts(input: ListPartsInput): Promise<ListPartsResult> {
     this.opts.assertOpen();
-    assertNonNegative("maxParts", input.maxParts);
-    const marker = input.partNumberMarker ?? 0;
-    assertNonNegative("partNumberMarker", marker);
+    const marker = partNumberMarker(input);
     // One synchronous stretch: the upload and its parts are read as one snapshot.
     const upload = toUpload(this.rows.requireUpload(input));
     const rows = this.rows.partsAfter(upload.uploadId, marker, input.maxParts + 1);
-    const page = rows.slice(0, input.maxParts);
-    const isTruncated = rows.length > input.maxParts;
-    const last = page.at(-1);
-    return {
-      upload,
-      parts: page.map(toPartInfo),
-      isTruncated,
-      ...(isTruncated && last ? { nextPartNumberMarker: last.part_number } : {}),
-    };
+    return partsPage(upload, rows.map(toPartInfo), input.maxParts);
   }
 
   async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
     this.opts.assertOpen();
     assertNonNegative("maxUploads", input.maxUploads);
     this.objects.requireBucket(input.bucket);
-    const marker =
-      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
-        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
-        : undefined;
-    const page = listSorted(
-      {
-        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
-        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
-        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
-        maxKeys: input.maxUploads,
-      },
-      (from) => this.rows.seek(input.bucket, from, marker),
-    );
-    const uploads = page.objects.map(toUpload);
-    const last = uploads.at(-1);
-    const result: ListUploadsResult = {
-      uploads,
-      commonPrefixes: page.commonPrefixes,
-      isTruncated: page.isTruncated,
-    };
-    if (page.isTruncated && page.nextStartAfter !== undefined) {
-      result.nextKeyMarker = page.nextStartAfter;
-      // The last entry was an upload (not a common prefix): continue within its key.
-      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
-    }
-    return result;
+    return listUploadsPage(input, (marker) => (from) => this.rows.seek(input.bucket, from, marker), toUpload);
   }
 
   /** Aborts every upload initiated more than maxAgeMs ago (S3's AbortIncompleteMultipartUpload). */

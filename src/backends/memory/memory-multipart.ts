@@ -3,8 +3,15 @@ import type { Clock } from "../../core/clock.js";
 import type { MemoryDomain } from "../../core/tx.js";
 import { runCommit } from "../../fence/commit-driver.js";
 import { assertNonNegative } from "../backend-errors.js";
-import { listSorted } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import {
+  assertPartNumber,
+  assertPartOrder,
+  listUploadsPage,
+  multipartEtag,
+  partNumberMarker,
+  partsPage,
+  selectParts,
+} from "../multipart.js";
 import type {
   CompleteUploadInput,
   CreateUploadInput,
@@ -140,52 +147,17 @@ export class MemoryMultipartStore implements MultipartStore {
 
   async listParts(input: ListPartsInput): Promise<ListPartsResult> {
     this.opts.assertOpen();
-    assertNonNegative("maxParts", input.maxParts);
-    const marker = input.partNumberMarker ?? 0;
-    assertNonNegative("partNumberMarker", marker);
+    const marker = partNumberMarker(input);
     const record = this.uploads.requireUpload(input);
     const after = this.uploads.parts(record).filter((part) => part.partNumber > marker);
-    const page = after.slice(0, input.maxParts);
-    const isTruncated = after.length > input.maxParts;
-    const last = page.at(-1);
-    return {
-      upload: toUpload(record),
-      parts: page.map(toPartInfo),
-      isTruncated,
-      ...(isTruncated && last ? { nextPartNumberMarker: last.partNumber } : {}),
-    };
+    return partsPage(toUpload(record), after.map(toPartInfo), input.maxParts);
   }
 
   async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
     this.opts.assertOpen();
     assertNonNegative("maxUploads", input.maxUploads);
     this.objects.requireBucket(input.bucket);
-    const marker =
-      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
-        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
-        : undefined;
-    const page = listSorted(
-      {
-        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
-        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
-        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
-        maxKeys: input.maxUploads,
-      },
-      this.uploads.seeker(input.bucket, marker),
-    );
-    const uploads = page.objects.map(toUpload);
-    const last = uploads.at(-1);
-    const result: ListUploadsResult = {
-      uploads,
-      commonPrefixes: page.commonPrefixes,
-      isTruncated: page.isTruncated,
-    };
-    if (page.isTruncated && page.nextStartAfter !== undefined) {
-      result.nextKeyMarker = page.nextStartAfter;
-      // The last entry was an upload (not a common prefix): continue within its key.
-      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
-    }
-    return result;
+    return listUploadsPage(input, (marker) => this.uploads.seeker(input.bucket, marker), toUpload);
   }
 
   /** Aborts every upload initiated more than maxAgeMs ago (S3's AbortIncompleteMultipartUpload). */
