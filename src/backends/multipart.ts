@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { DomainError } from "../core/errors.js";
 import { normalizeEtag } from "../core/etag.js";
 import { assertNonNegative } from "./backend-errors.js";
@@ -13,6 +13,7 @@ import {
   MIN_PART_NUMBER,
   MIN_PART_SIZE,
   type MultipartUpload,
+  type ObjectMetadata,
   type PartInfo,
 } from "./storage-backend.js";
 
@@ -194,3 +195,55 @@ export function seekUploads<E extends UploadMarker>(
     return order > 0;
   });
 }
+
+/**
+ * A new upload id: 44 hex digits, the initiation time (12) first, so that ordering an object's
+ * uploads by id orders them by initiation, as S3 lists them; then 16 random bytes, or, given a
+ * sequence (uploads of one process initiated within the same millisecond), 8 digits of it and
+ * 12 random bytes.
+ */
+export function newUploadId(initiated: number, sequence?: number): string {
+  const time = Math.max(0, initiated).toString(16).padStart(12, "0");
+  if (sequence === undefined) return `${time}${randomBytes(16).toString("hex")}`;
+  const seq = (sequence % 0x1_0000_0000).toString(16).padStart(8, "0");
+  return `${time}${seq}${randomBytes(12).toString("hex")}`;
+}
+
+/** An upload as a backend records it (initiated: ms since the epoch). */
+export type UploadFields = {
+  key: string;
+  metadata: ObjectMetadata;
+  token: number | null;
+  leaseId: string | null;
+  initiator: string | null;
+  initiated: number;
+  /** The fenced transaction the upload was created in: its completion is staged in it. */
+  transactionId?: string | null | undefined;
+};
+
+export function uploadOf(bucket: string, uploadId: string, upload: UploadFields): MultipartUpload {
+  return {
+    uploadId,
+    bucket,
+    key: upload.key,
+    metadata: upload.metadata,
+    token: upload.token,
+    leaseId: upload.leaseId,
+    initiator: upload.initiator,
+    initiated: new Date(upload.initiated),
+    ...(upload.transactionId ? { transactionId: upload.transactionId } : {}),
+  };
+}
+
+/** What ListParts reports of a recorded part. */
+export const partInfo = (
+  partNumber: number,
+  size: number,
+  md5Hex: string,
+  lastModified: number,
+): PartInfo => ({
+  partNumber,
+  size,
+  etag: `"${md5Hex}"`,
+  lastModified: new Date(lastModified),
+});

@@ -9,10 +9,12 @@ import {
   compareUploads,
   listUploadsPage,
   multipartEtag,
+  newUploadId,
   partNumberMarker,
   partsPage,
   seekUploads,
   selectParts,
+  uploadOf,
 } from "../multipart.js";
 import type {
   CompleteUploadInput,
@@ -44,7 +46,6 @@ import {
   encodeJson,
   isUploadId,
   newPartAttempt,
-  newUploadId,
   nextPartOrder,
   PART_META,
   type PartRecord,
@@ -53,7 +54,6 @@ import {
   partBlobName,
   partsPrefix,
   toPartInfo,
-  toUpload,
   UPLOAD_META,
   type UploadRecord,
   uploadBlobName,
@@ -390,7 +390,7 @@ export class AzureMultipartStore implements MultipartStore {
     }
     const record = decodeUpload(props.metadata, `${ref.bucket}/${name}`);
     if (record.key !== ref.key) throw noSuchUpload(ref.uploadId);
-    return { upload: toUpload(ref.bucket, ref.uploadId, record), record };
+    return { upload: uploadOf(ref.bucket, ref.uploadId, record), record };
   }
 
   private async uploadExists(bucket: string, uploadId: string): Promise<boolean> {
@@ -426,7 +426,7 @@ export class AzureMultipartStore implements MultipartStore {
       const uploadId = item.name.slice(uploadsPrefix(this.meta).length);
       if (!isUploadId(uploadId)) continue;
       const record = decodeUpload(item.metadata, `${bucket}/${item.name}`);
-      uploads.push({ ...toUpload(bucket, uploadId, record), record });
+      uploads.push({ ...uploadOf(bucket, uploadId, record), record });
     }
     return uploads;
   }

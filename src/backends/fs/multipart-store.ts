@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import type { Clock } from "../../core/clock.js";
 import { runCommit } from "../../fence/commit-driver.js";
@@ -9,6 +8,8 @@ import {
   assertPartOrder,
   listUploadsPage,
   multipartEtag,
+  newUploadId,
+  partInfo,
   partNumberMarker,
   partsPage,
   selectParts,
@@ -229,16 +230,5 @@ export class FsMultipartStore implements MultipartStore {
   }
 }
 
-/** Starts with the initiation time, so that ordering by id within a key is ordering by initiation. */
-function newUploadId(initiated: number): string {
-  return `${Math.max(0, initiated).toString(16).padStart(12, "0")}${randomBytes(16).toString("hex")}`;
-}
-
-function toPartInfo(row: PartRow): PartInfo {
-  return {
-    partNumber: row.part_number,
-    size: row.size,
-    etag: `"${row.md5}"`,
-    lastModified: new Date(row.last_modified),
-  };
-}
+const toPartInfo = (row: PartRow): PartInfo =>
+  partInfo(row.part_number, row.size, row.md5, row.last_modified);

@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import type { Clock } from "../../core/clock.js";
 import type { MemoryDomain } from "../../core/tx.js";
 import { runCommit } from "../../fence/commit-driver.js";
@@ -8,6 +7,8 @@ import {
   assertPartOrder,
   listUploadsPage,
   multipartEtag,
+  newUploadId,
+  partInfo,
   partNumberMarker,
   partsPage,
   selectParts,
@@ -66,7 +67,7 @@ export class MemoryMultipartStore implements MultipartStore {
   async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
     this.opts.assertOpen();
     const initiated = this.opts.clock();
-    const uploadId = this.newUploadId(initiated);
+    const uploadId = newUploadId(initiated, this.sequence++);
     // Creating an upload changes nothing visible: the HCT rule is checked, the HCT not raised.
     const inStep = () => this.uploads.insertUpload({ ...input, uploadId, initiated });
     const { highestToken } = await runCommit(this.port, input, { op: "check", inStep }, commit);
@@ -172,23 +173,7 @@ export class MemoryMultipartStore implements MultipartStore {
   storedParts(): number {
     return this.uploads.storedParts();
   }
-
-  /**
-   * The initiation time, then a sequence number, then random hex: ordering by id within a key is
-   * ordering by initiation, and the same length (44) as the fs backend's ids.
-   */
-  private newUploadId(initiated: number): string {
-    const time = Math.max(0, initiated).toString(16).padStart(12, "0");
-    const sequence = (this.sequence++ % 0x1_0000_0000).toString(16).padStart(8, "0");
-    return `${time}${sequence}${randomBytes(12).toString("hex")}`;
-  }
 }
 
-function toPartInfo(part: PartRecord): PartInfo {
-  return {
-    partNumber: part.partNumber,
-    size: part.size,
-    etag: `"${part.md5Hex}"`,
-    lastModified: new Date(part.lastModified),
-  };
-}
+const toPartInfo = (part: PartRecord): PartInfo =>
+  partInfo(part.partNumber, part.size, part.md5Hex, part.lastModified);

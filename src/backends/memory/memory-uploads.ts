@@ -1,7 +1,7 @@
 import type { MemoryDomain } from "../../core/tx.js";
 import { noSuchUpload, partReplaced } from "../backend-errors.js";
 import type { SeekFn, SeekFrom } from "../list-helper.js";
-import { compareUploads, seekUploads } from "../multipart.js";
+import { compareUploads, seekUploads, uploadOf } from "../multipart.js";
 import type { CreateUploadInput, MultipartUpload, UploadRef } from "../storage-backend.js";
 import { change } from "./undoable.js";
 
@@ -113,16 +113,5 @@ export class MemoryUploads {
   }
 }
 
-export function toUpload(record: UploadRecord): MultipartUpload {
-  return {
-    uploadId: record.uploadId,
-    bucket: record.bucket,
-    key: record.key,
-    metadata: structuredClone(record.metadata),
-    token: record.token,
-    leaseId: record.leaseId,
-    ...(record.transactionId ? { transactionId: record.transactionId } : {}),
-    initiator: record.initiator,
-    initiated: new Date(record.initiated),
-  };
-}
+export const toUpload = (record: UploadRecord): MultipartUpload =>
+  uploadOf(record.bucket, record.uploadId, { ...record, metadata: structuredClone(record.metadata) });

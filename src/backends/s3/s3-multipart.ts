@@ -6,6 +6,7 @@ import {
   compareUploads,
   listUploadsPage,
   multipartEtag,
+  newUploadId,
   partNumberMarker,
   partsPage,
   seekUploads,
@@ -30,7 +31,7 @@ import {
 } from "../storage-backend.js";
 import { writeBlob } from "./blob-writer.js";
 import type { S3Context } from "./context.js";
-import { BLOB_META, encodeKey, newUploadId } from "./layout.js";
+import { BLOB_META, encodeKey } from "./layout.js";
 import type { S3ObjectPort } from "./object-port.js";
 import { type LiveVersion, liveOf } from "./records.js";
 import type { UploadStore } from "./upload-store.js";
