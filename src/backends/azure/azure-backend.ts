@@ -439,25 +439,8 @@ export class AzureBackend implements StorageBackend {
    */
   async collectStaging(opts: { graceMs: number; buckets?: readonly string[] }): Promise<{ removed: number }> {
     this.assertOpen();
-    const buckets = opts.buckets ?? (await this.containerNames());
+    const buckets = opts.buckets ?? (await this.store.containerNames());
     return collectStaging(this.store, this.port, buckets, opts.graceMs);
-  }
-
-  private async containerNames(): Promise<string[]> {
-    const service = await this.store.service();
-    const names: string[] = [];
-    let marker: string | undefined;
-    do {
-      const page = await this.store.calls.run("list containers", undefined, async (abortSignal) => {
-        const pages = service
-          .listContainers({ abortSignal })
-          .byPage({ maxPageSize: 5000, ...(marker ? { continuationToken: marker } : {}) });
-        return (await pages.next()).value;
-      });
-      for (const item of page?.containerItems ?? []) names.push(item.name);
-      marker = page?.continuationToken || undefined;
-    } while (marker);
-    return names;
   }
 
   async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {

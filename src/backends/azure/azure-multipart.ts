@@ -314,23 +314,7 @@ export class AzureMultipartStore implements MultipartStore {
     this.assertOpen();
     const cutoff = this.store.opts.clock() - this.store.opts.multipartMaxAgeMs;
     let removed = 0;
-    const containers: string[] = [];
-    if (scope.buckets) {
-      containers.push(...scope.buckets);
-    } else {
-      const service = await this.store.service();
-      let marker: string | undefined;
-      do {
-        const page = await this.store.calls.run("list containers", undefined, async (abortSignal) => {
-          const pages = service
-            .listContainers({ abortSignal })
-            .byPage({ maxPageSize: 5000, ...(marker ? { continuationToken: marker } : {}) });
-          return (await pages.next()).value;
-        });
-        for (const item of page?.containerItems ?? []) containers.push(item.name);
-        marker = page?.continuationToken || undefined;
-      } while (marker);
-    }
+    const containers = scope.buckets ?? (await this.store.containerNames());
     for (const bucket of containers) {
       const uploads = await this.listUploadRecords(bucket);
       for (const upload of uploads) {

@@ -57,6 +57,24 @@ export class AzureStore {
     return (await this.client).service;
   }
 
+  /** The names of every container of the account. */
+  async containerNames(): Promise<string[]> {
+    const service = await this.service();
+    const names: string[] = [];
+    let marker: string | undefined;
+    do {
+      const page = await this.calls.run("list containers", undefined, async (abortSignal) => {
+        const pages = service
+          .listContainers({ abortSignal })
+          .byPage({ maxPageSize: 5000, ...(marker ? { continuationToken: marker } : {}) });
+        return (await pages.next()).value;
+      });
+      for (const item of page?.containerItems ?? []) names.push(item.name);
+      marker = page?.continuationToken || undefined;
+    } while (marker);
+    return names;
+  }
+
   async azureClient(): Promise<AzureClient> {
     return this.client;
   }
