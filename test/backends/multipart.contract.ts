@@ -525,6 +525,11 @@ export function describeMultipartContract(name: string, factory: MultipartFactor
       expect(last.parts.map((p) => p.partNumber)).toEqual([9]);
       expect(last.isTruncated).toBe(false);
       expect(last.nextPartNumberMarker).toBeUndefined();
+      // A page that ends with the last part is not truncated either.
+      const exact = await mp().listParts({ ...ref, maxParts: 2, partNumberMarker: 4 });
+      expect(exact.parts.map((p) => p.partNumber)).toEqual([7, 9]);
+      expect(exact.isTruncated).toBe(false);
+      expect(exact.nextPartNumberMarker).toBeUndefined();
     });
 
     it("lists uploads by key, then by initiation, with prefix, delimiter and both markers", async () => {

@@ -72,6 +72,7 @@ import { DomainError } from "../../core/errors.js";
 import { deleteBucketSafely, noWritesInFlight } from "../../fence/bucket-deletion.js";
 import { runCommit, transactionOutcome } from "../../fence/commit-driver.js";
 import type { TransactionLog } from "../../fence/commit-port.js";
+import { noSuchBucket, noSuchKey } from "../backend-errors.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
@@ -95,7 +96,7 @@ import { AzureBuckets } from "./azure-buckets.js";
 import { azureCode, azureStatus, isBlobNotFound } from "./azure-errors.js";
 import { AzureMultipartStore } from "./azure-multipart.js";
 import { type AzureBackendOptions, createClient, resolveOptions } from "./azure-options.js";
-import { AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
+import { AzureStore, CONTAINER_DELETED, isAzureContainerName } from "./azure-store.js";
 import { listObjectPage } from "./blob-listing.js";
 import { type BlobView, blobHeadersOf, type StoredPending, viewOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
@@ -438,25 +439,8 @@ export class AzureBackend implements StorageBackend {
    */
   async collectStaging(opts: { graceMs: number; buckets?: readonly string[] }): Promise<{ removed: number }> {
     this.assertOpen();
-    const buckets = opts.buckets ?? (await this.containerNames());
+    const buckets = opts.buckets ?? (await this.store.containerNames());
     return collectStaging(this.store, this.port, buckets, opts.graceMs);
-  }
-
-  private async containerNames(): Promise<string[]> {
-    const service = await this.store.service();
-    const names: string[] = [];
-    let marker: string | undefined;
-    do {
-      const page = await this.store.calls.run("list containers", undefined, async (abortSignal) => {
-        const pages = service
-          .listContainers({ abortSignal })
-          .byPage({ maxPageSize: 5000, ...(marker ? { continuationToken: marker } : {}) });
-        return (await pages.next()).value;
-      });
-      for (const item of page?.containerItems ?? []) names.push(item.name);
-      marker = page?.continuationToken || undefined;
-    } while (marker);
-    return names;
   }
 
   async deleteObject(input: DeleteObjectInput, commit: FencedCommit): Promise<DeleteObjectResult> {
@@ -699,6 +683,3 @@ function pendingView(view: BlobView, p: StoredPending): BlobView {
     },
   };
 }
-
-const noSuchKey = (bucket: string, key: string) =>
-  new DomainError("NoSuchKey", "the specified key does not exist", { bucket, key });

@@ -1,5 +1,6 @@
 import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName, isValidBucketName } from "../../core/key-rules.js";
+import { noSuchBucket } from "../backend-errors.js";
 import type { BucketInfo } from "../storage-backend.js";
 import { azureCode, azureStatus } from "./azure-errors.js";
 import {
@@ -8,7 +9,6 @@ import {
   CONTAINER_DELETED,
   CONTAINER_LOCATION,
   isAzureContainerName,
-  noSuchBucket,
 } from "./azure-store.js";
 import { liveEntries } from "./blob-listing.js";
 

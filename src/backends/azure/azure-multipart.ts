@@ -2,8 +2,20 @@ import type { BlobItem, BlockBlobClient, ContainerClient } from "@azure/storage-
 import { DomainError } from "../../core/errors.js";
 import { applyFence, checkWriteConditions } from "../../fence/commit.js";
 import { runCommit } from "../../fence/commit-driver.js";
-import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import { assertNonNegative, noSuchBucket, noSuchUpload, partReplaced } from "../backend-errors.js";
+import {
+  assertPartNumber,
+  assertPartOrder,
+  compareUploads,
+  listUploadsPage,
+  multipartEtag,
+  newUploadId,
+  partNumberMarker,
+  partsPage,
+  seekUploads,
+  selectParts,
+  uploadOf,
+} from "../multipart.js";
 import type {
   CompleteUploadInput,
   CreateUploadInput,
@@ -21,7 +33,7 @@ import type {
   UploadRef,
 } from "../storage-backend.js";
 import { abandoned, azureStatus } from "./azure-errors.js";
-import { type AzureStore, isAzureContainerName, noSuchBucket } from "./azure-store.js";
+import { type AzureStore, isAzureContainerName } from "./azure-store.js";
 import { blobPages } from "./blob-listing.js";
 import { blobHeadersOf } from "./blob-state.js";
 import { stageBody } from "./body-stager.js";
@@ -34,9 +46,7 @@ import {
   encodeJson,
   isUploadId,
   newPartAttempt,
-  newUploadId,
   nextPartOrder,
-  noSuchUpload,
   PART_META,
   type PartRecord,
   parsePartName,
@@ -44,7 +54,6 @@ import {
   partBlobName,
   partsPrefix,
   toPartInfo,
-  toUpload,
   UPLOAD_META,
   type UploadRecord,
   uploadBlobName,
@@ -272,20 +281,11 @@ export class AzureMultipartStore implements MultipartStore {
 
   async listParts(input: ListPartsInput): Promise<ListPartsResult> {
     this.assertOpen();
-    assertNonNegative("maxParts", input.maxParts);
-    const marker = input.partNumberMarker ?? 0;
-    assertNonNegative("partNumberMarker", marker);
+    const marker = partNumberMarker(input);
     const { upload } = await this.requireUpload(input);
     const all = (await this.readParts(input.bucket, input.uploadId)).filter((p) => p.partNumber > marker);
-    const page = all.slice(0, input.maxParts);
-    const isTruncated = all.length > input.maxParts;
-    const last = page.at(-1);
-    return {
-      upload,
-      parts: page.map((part) => toPartInfo(part.partNumber, part)),
-      isTruncated,
-      ...(isTruncated && last ? { nextPartNumberMarker: last.partNumber } : {}),
-    };
+    const infos = all.map((part) => toPartInfo(part.partNumber, part));
+    return partsPage(upload, infos, input.maxParts);
   }
 
   /**
@@ -297,32 +297,12 @@ export class AzureMultipartStore implements MultipartStore {
     assertNonNegative("maxUploads", input.maxUploads);
     await this.store.requireBucket(input.bucket);
     const uploads = await this.listUploadRecords(input.bucket);
-    uploads.sort((a, b) => compareKeys(a.key, b.key) || (a.uploadId < b.uploadId ? -1 : 1));
-    const marker =
-      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
-        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
-        : undefined;
-    const page = listSorted(
-      {
-        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
-        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
-        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
-        maxKeys: input.maxUploads,
-      },
-      (from) => seekUploads(uploads, from, marker),
+    uploads.sort(compareUploads);
+    return listUploadsPage(
+      input,
+      (marker) => (from) => seekUploads(uploads, from, marker),
+      ({ record: _record, ...upload }) => upload,
     );
-    const result: ListUploadsResult = {
-      uploads: page.objects.map(({ record: _record, ...upload }) => upload),
-      commonPrefixes: page.commonPrefixes,
-      isTruncated: page.isTruncated,
-    };
-    const last = result.uploads.at(-1);
-    if (page.isTruncated && page.nextStartAfter !== undefined) {
-      result.nextKeyMarker = page.nextStartAfter;
-      // The last entry was an upload (not a common prefix): continue within its key.
-      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
-    }
-    return result;
   }
 
   /**
@@ -334,23 +314,7 @@ export class AzureMultipartStore implements MultipartStore {
     this.assertOpen();
     const cutoff = this.store.opts.clock() - this.store.opts.multipartMaxAgeMs;
     let removed = 0;
-    const containers: string[] = [];
-    if (scope.buckets) {
-      containers.push(...scope.buckets);
-    } else {
-      const service = await this.store.service();
-      let marker: string | undefined;
-      do {
-        const page = await this.store.calls.run("list containers", undefined, async (abortSignal) => {
-          const pages = service
-            .listContainers({ abortSignal })
-            .byPage({ maxPageSize: 5000, ...(marker ? { continuationToken: marker } : {}) });
-          return (await pages.next()).value;
-        });
-        for (const item of page?.containerItems ?? []) containers.push(item.name);
-        marker = page?.continuationToken || undefined;
-      } while (marker);
-    }
+    const containers = scope.buckets ?? (await this.store.containerNames());
     for (const bucket of containers) {
       const uploads = await this.listUploadRecords(bucket);
       for (const upload of uploads) {
@@ -410,7 +374,7 @@ export class AzureMultipartStore implements MultipartStore {
     }
     const record = decodeUpload(props.metadata, `${ref.bucket}/${name}`);
     if (record.key !== ref.key) throw noSuchUpload(ref.uploadId);
-    return { upload: toUpload(ref.bucket, ref.uploadId, record), record };
+    return { upload: uploadOf(ref.bucket, ref.uploadId, record), record };
   }
 
   private async uploadExists(bucket: string, uploadId: string): Promise<boolean> {
@@ -446,7 +410,7 @@ export class AzureMultipartStore implements MultipartStore {
       const uploadId = item.name.slice(uploadsPrefix(this.meta).length);
       if (!isUploadId(uploadId)) continue;
       const record = decodeUpload(item.metadata, `${bucket}/${item.name}`);
-      uploads.push({ ...toUpload(bucket, uploadId, record), record });
+      uploads.push({ ...uploadOf(bucket, uploadId, record), record });
     }
     return uploads;
   }
@@ -478,11 +442,7 @@ export class AzureMultipartStore implements MultipartStore {
     for (const part of used) {
       const current = now.get(part.partNumber);
       if (current?.name !== part.name || current.azureEtag !== part.azureEtag) {
-        throw new DomainError(
-          "InvalidPart",
-          `part ${part.partNumber} was replaced while the upload was being completed`,
-          { partNumber: part.partNumber },
-        );
+        throw partReplaced(part.partNumber);
       }
     }
   }
@@ -540,33 +500,5 @@ export class AzureMultipartStore implements MultipartStore {
       .catch((e: unknown) => {
         if (azureStatus(e) !== 404) throw e;
       });
-  }
-}
-
-/** Uploads from `from` in (key, upload id) order; after the key marker with an id marker, within that key. */
-function* seekUploads(
-  sorted: ListedUpload[],
-  from: SeekFrom,
-  marker: { key: string; uploadId: string } | undefined,
-): Generator<ListedUpload> {
-  for (const upload of sorted) {
-    const c = compareKeys(upload.key, from.key);
-    if (from.inclusive ? c >= 0 : c > 0) {
-      yield upload;
-    } else if (
-      !from.inclusive &&
-      c === 0 &&
-      marker &&
-      marker.key === from.key &&
-      upload.uploadId > marker.uploadId
-    ) {
-      yield upload;
-    }
-  }
-}
-
-function assertNonNegative(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
   }
 }

@@ -3,6 +3,7 @@ import { DomainError } from "../../core/errors.js";
 import { assertValidObjectKey } from "../../core/key-rules.js";
 import { LruMap } from "../../core/lru.js";
 import { BucketTrust } from "../../fence/bucket-deletion.js";
+import { noSuchBucket } from "../backend-errors.js";
 import type { BucketInfo } from "../storage-backend.js";
 import { AzureCalls } from "./azure-calls.js";
 import { azureStatus, isBlobNotFound, isContainerNotFound } from "./azure-errors.js";
@@ -30,9 +31,6 @@ export type ContainerState =
   | { state: "deleted"; metadata: Record<string, string> }
   | { state: "live"; info: BucketInfo; metadata: Record<string, string> };
 
-export const noSuchBucket = (bucket: string) =>
-  new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket });
-
 /** How many blobs' last states a backend keeps (least recently used out first). */
 const LATEST_CAPACITY = 10_000;
 
@@ -57,6 +55,24 @@ export class AzureStore {
 
   async service(): Promise<BlobServiceClient> {
     return (await this.client).service;
+  }
+
+  /** The names of every container of the account. */
+  async containerNames(): Promise<string[]> {
+    const service = await this.service();
+    const names: string[] = [];
+    let marker: string | undefined;
+    do {
+      const page = await this.calls.run("list containers", undefined, async (abortSignal) => {
+        const pages = service
+          .listContainers({ abortSignal })
+          .byPage({ maxPageSize: 5000, ...(marker ? { continuationToken: marker } : {}) });
+        return (await pages.next()).value;
+      });
+      for (const item of page?.containerItems ?? []) names.push(item.name);
+      marker = page?.continuationToken || undefined;
+    } while (marker);
+    return names;
   }
 
   async azureClient(): Promise<AzureClient> {

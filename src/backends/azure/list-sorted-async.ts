@@ -1,5 +1,4 @@
-import { prefixUpperBound } from "../../core/prefix-range.js";
-import { compareKeys, type SeekFrom, type SortedListResult } from "../list-helper.js";
+import { compareKeys, ListPage, type SeekFrom, type SortedListResult } from "../list-helper.js";
 import type { ListInput } from "../storage-backend.js";
 
 /**
@@ -21,54 +20,20 @@ export async function listSortedAsync<E extends { key: string }>(
   input: Omit<ListInput, "bucket">,
   open: (from: SeekFrom) => AsyncCursor<E>,
 ): Promise<SortedListResult<E>> {
-  const prefix = input.prefix ?? "";
-  const delimiter = input.delimiter ? input.delimiter : undefined;
-  const { startAfter } = input;
-  const result: SortedListResult<E> = { objects: [], commonPrefixes: [], isTruncated: false };
-  if (input.maxKeys <= 0) return result;
-
-  const from: SeekFrom =
-    startAfter !== undefined && compareKeys(startAfter, prefix) >= 0
-      ? { key: startAfter, inclusive: false }
-      : { key: prefix, inclusive: true };
-  let count = 0;
-  let last: string | undefined;
-  const cursor = open(from);
+  const page = new ListPage<E>(input);
+  if (page.start === null) return page.finish();
+  const cursor = open(page.start);
   try {
     for (;;) {
       const entry = await cursor.next();
-      // Keys that do not start with the prefix sort after all those that do.
-      if (entry === undefined || !entry.key.startsWith(prefix)) break;
-      const at = delimiter === undefined ? -1 : entry.key.indexOf(delimiter, prefix.length);
-      if (at >= 0) {
-        const commonPrefix = entry.key.slice(0, at + delimiter!.length);
-        if (startAfter === undefined || !startAfter.startsWith(commonPrefix)) {
-          if (count === input.maxKeys) {
-            result.isTruncated = true;
-            break;
-          }
-          result.commonPrefixes.push(commonPrefix);
-          count++;
-          last = commonPrefix;
-        }
-        const next = prefixUpperBound(commonPrefix);
-        if (next === null) break;
-        await cursor.skipTo({ key: next, inclusive: true });
-        continue;
-      }
-      if (count === input.maxKeys) {
-        result.isTruncated = true;
-        break;
-      }
-      result.objects.push(entry);
-      count++;
-      last = entry.key;
+      const step = entry === undefined ? "done" : page.offer(entry);
+      if (step === "done") break;
+      if (step !== "next") await cursor.skipTo(step);
     }
   } finally {
     await cursor.close();
   }
-  if (last !== undefined) result.nextStartAfter = last;
-  return result;
+  return page.finish();
 }
 
 /** Whether `key` is at or after `from` in S3 key order. */

@@ -16,6 +16,7 @@ import {
   type TransactionLog,
   WRITE_HISTORY,
 } from "../../fence/commit-port.js";
+import { noSuchBucket } from "../backend-errors.js";
 import type { Checksums, ObjectHeaders } from "../storage-backend.js";
 import {
   azureStatus,
@@ -24,7 +25,7 @@ import {
   isInvalidBlockList,
   isLostRace,
 } from "./azure-errors.js";
-import { type AzureStore, CONTAINER_DELETED, isAzureContainerName, noSuchBucket } from "./azure-store.js";
+import { type AzureStore, CONTAINER_DELETED, isAzureContainerName } from "./azure-store.js";
 import {
   type BlobView,
   blobHeadersOf,

@@ -1,53 +1,34 @@
 import { DomainError } from "../../core/errors.js";
-import { LruMap } from "../../core/lru.js";
-import type { SwapAnswer, TransactionLog, TxRead, TxRecord } from "../../fence/commit-port.js";
+import { noSuchBucket } from "../backend-errors.js";
+import { type RecordCondition, type RecordPut, TransactionRecords } from "../transaction-records.js";
 import { azureStatus, isContainerNotFound, isLostRace } from "./azure-errors.js";
-import { type AzureStore, noSuchBucket } from "./azure-store.js";
+import type { AzureStore } from "./azure-store.js";
 
 /**
- * The records of fenced transactions in a container: the blob `<meta>t/<id>`, JSON (TxRecord),
- * created with Put Blob If-None-Match: * and replaced with Put Blob If-Match on the ETag read.
- * Azure changes a blob's ETag on every write, so If-Match is a true compare-and-swap (the
- * record's nonce is kept all the same). Committed and aborted records are final and cached.
+ * The records of fenced transactions in a container: the blob `<meta>t/<id>`
+ * (backends/transaction-records.ts). Azure changes a blob's ETag on every write, so If-Match is
+ * a true compare-and-swap (the record's nonce is kept all the same).
  */
-export class AzureTransactionRecords {
-  private readonly final = new LruMap<TxRead>(10_000);
-
-  constructor(private readonly store: AzureStore) {}
-
-  log(
-    bucket: string,
-    settle: (key: string) => Promise<void>,
-    checkBucket: () => Promise<void>,
-  ): TransactionLog {
-    return {
-      create: (record) => this.create(bucket, record),
-      read: (id) => this.read(bucket, id),
-      swap: (from, next) => this.swap(bucket, from, next),
-      settle,
-      checkBucket,
-    };
+export class AzureTransactionRecords extends TransactionRecords {
+  constructor(private readonly store: AzureStore) {
+    super();
   }
 
-  private name(id: string): string {
+  protected name(id: string): string {
     return `${this.store.opts.metaPrefix}t/${id}`;
   }
 
   /** One conditional Put Blob of the record; the SDK never retries it (blobOnce). */
-  private async put(
+  protected async put(
     bucket: string,
-    record: TxRecord,
-    conditions: { ifNoneMatch: string } | { ifMatch: string },
-  ): Promise<
-    | { outcome: "written"; etag: string | undefined }
-    | { outcome: "lost" }
-    | { outcome: "unknown"; error: unknown }
-  > {
-    const blob = await this.store.blobOnce(bucket, this.name(record.id));
-    const body = Buffer.from(JSON.stringify(record));
+    name: string,
+    body: Buffer,
+    conditions: RecordCondition,
+  ): Promise<RecordPut> {
+    const blob = await this.store.blobOnce(bucket, name);
     try {
       const answer = await this.store.calls.run(
-        `write transaction ${record.id}`,
+        `write transaction ${name.slice(name.lastIndexOf("/") + 1)}`,
         undefined,
         (abortSignal) =>
           blob.upload(body, body.length, {
@@ -66,31 +47,11 @@ export class AzureTransactionRecords {
     }
   }
 
-  async create(bucket: string, record: TxRecord): Promise<boolean> {
-    const put = await this.put(bucket, record, { ifNoneMatch: "*" });
-    if (put.outcome === "written") return true;
-    if (put.outcome === "lost") return false;
-    // Unknown: the record says whether this very one landed (its nonce).
-    const got = await this.read(bucket, record.id);
-    if (got?.record.nonce === record.nonce) return true;
-    if (got) return false;
-    throw new DomainError(
-      "ServiceUnavailable",
-      `the store did not answer the creation of transaction ${record.id}; please retry`,
-      { retryAfterSeconds: 1 },
-      { cause: put.error },
-    );
-  }
-
-  async read(bucket: string, id: string): Promise<TxRead | null> {
-    const cacheKey = `${bucket}\n${id}`;
-    const cached = this.final.get(cacheKey);
-    if (cached) return cached;
-    const blob = await this.store.blob(bucket, this.name(id));
-    let answer: { text: string; etag: string };
+  protected async getText(bucket: string, name: string): Promise<{ text: string; etag: string } | null> {
+    const blob = await this.store.blob(bucket, name);
     try {
-      answer = await this.store.calls.run(
-        `read transaction ${id}`,
+      return await this.store.calls.run(
+        `read transaction ${name.slice(name.lastIndexOf("/") + 1)}`,
         undefined,
         async (abortSignal) => {
           // A record is small (a transaction's keys): read whole, with the ETag of that very version.
@@ -106,43 +67,5 @@ export class AzureTransactionRecords {
       if (azureStatus(e) === 404) return null;
       throw e;
     }
-    const record = parseTxRecord(answer.text, `${bucket}/${this.name(id)}`);
-    const read = { record, version: answer.etag };
-    if (record.state !== "open") this.final.set(cacheKey, read);
-    return read;
   }
-
-  async swap(bucket: string, from: TxRead, next: TxRecord): Promise<SwapAnswer> {
-    const put = await this.put(bucket, next, { ifMatch: from.version });
-    if (put.outcome === "written") {
-      if (next.state !== "open" && put.etag) {
-        this.final.set(`${bucket}\n${next.id}`, { record: next, version: put.etag });
-      }
-      return { outcome: "swapped" };
-    }
-    if (put.outcome === "lost") return { outcome: "lost" };
-    return { outcome: "unknown", error: put.error };
-  }
-}
-
-function parseTxRecord(text: string, where: string): TxRecord {
-  let value: Partial<TxRecord> | null = null;
-  try {
-    value = JSON.parse(text) as Partial<TxRecord>;
-  } catch {
-    value = null;
-  }
-  const ok =
-    value !== null &&
-    typeof value === "object" &&
-    value.v === 1 &&
-    typeof value.id === "string" &&
-    typeof value.leaseId === "string" &&
-    Number.isSafeInteger(value.token) &&
-    typeof value.bucket === "string" &&
-    (value.state === "open" || value.state === "committed" || value.state === "aborted") &&
-    Array.isArray(value.keys) &&
-    typeof value.nonce === "string";
-  if (!ok) throw new Error(`${where} is not a fencegate transaction record`);
-  return value as TxRecord;
 }

@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { DomainError } from "../../core/errors.js";
-import type { MultipartUpload, ObjectMetadata, PartInfo } from "../storage-backend.js";
+import { partInfo, type UploadFields } from "../multipart.js";
+import type { PartInfo } from "../storage-backend.js";
 
 /**
  * The blobs of a multipart upload, under the meta prefix of the object's container:
@@ -17,16 +18,7 @@ import type { MultipartUpload, ObjectMetadata, PartInfo } from "../storage-backe
 export const UPLOAD_META = "fencegate_upload";
 export const PART_META = "fencegate_part";
 
-export type UploadRecord = {
-  key: string;
-  metadata: ObjectMetadata;
-  token: number | null;
-  leaseId: string | null;
-  initiator: string | null;
-  initiated: number;
-  /** The fenced transaction the upload was created in: its completion is staged in it. */
-  transactionId?: string;
-};
+export type UploadRecord = UploadFields;
 
 /**
  * `order`: when the attempt was committed, in microseconds of the real clock, strictly increasing
@@ -35,10 +27,6 @@ export type UploadRecord = {
 export type PartRecord = { md5: string; size: number; at: number; order?: number };
 
 const UPLOAD_ID = /^[0-9a-f]{44}$/;
-
-export function newUploadId(initiated: number): string {
-  return `${Math.max(0, initiated).toString(16).padStart(12, "0")}${randomBytes(16).toString("hex")}`;
-}
 
 export const isUploadId = (id: string): boolean => UPLOAD_ID.test(id);
 
@@ -112,30 +100,5 @@ export const decodeUpload = (metadata: Record<string, string> | undefined, what:
 export const decodePart = (metadata: Record<string, string> | undefined, what: string) =>
   decodeJson<PartRecord>(metaValue(metadata, PART_META), what);
 
-export function toUpload(bucket: string, uploadId: string, record: UploadRecord): MultipartUpload {
-  return {
-    uploadId,
-    bucket,
-    key: record.key,
-    metadata: record.metadata,
-    token: record.token,
-    leaseId: record.leaseId,
-    initiator: record.initiator,
-    initiated: new Date(record.initiated),
-    ...(record.transactionId ? { transactionId: record.transactionId } : {}),
-  };
-}
-
-export const toPartInfo = (partNumber: number, part: PartRecord): PartInfo => ({
-  partNumber,
-  size: part.size,
-  etag: `"${part.md5}"`,
-  lastModified: new Date(part.at),
-});
-
-export const noSuchUpload = (uploadId: string) =>
-  new DomainError(
-    "NoSuchUpload",
-    "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
-    { uploadId },
-  );
+export const toPartInfo = (partNumber: number, part: PartRecord): PartInfo =>
+  partInfo(partNumber, part.size, part.md5, part.at);

@@ -6,6 +6,7 @@ import { assertValidBucketName } from "../../core/key-rules.js";
 import { memoryBody } from "../../core/memory-body.js";
 import { runCommit } from "../../fence/commit-driver.js";
 import { type EmbeddedDb, type EmbeddedDomain, embeddedDomain } from "../../sqlite/db.js";
+import { assertNonNegative } from "../backend-errors.js";
 import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
 import type {
@@ -265,9 +266,7 @@ export class FsBackend implements StorageBackend {
 
   async listObjects(input: ListInput): Promise<ListResult> {
     this.assertOpen();
-    if (!Number.isSafeInteger(input.maxKeys) || input.maxKeys < 0) {
-      throw new DomainError("InvalidArgument", "maxKeys must be a non-negative integer");
-    }
+    assertNonNegative("maxKeys", input.maxKeys);
     this.metadata.requireBucket(input.bucket);
     // Synchronous from the first seek to the last row: the page is a consistent snapshot.
     const page = listSorted(input, (from) => this.metadata.seek(input.bucket, from));

@@ -1,6 +1,7 @@
 import { DomainError } from "../../core/errors.js";
 import type { FenceState, NextState } from "../../fence/commit-port.js";
 import type { EmbeddedDb } from "../../sqlite/db.js";
+import { noSuchBucket, noSuchKey } from "../backend-errors.js";
 import type { SeekFrom } from "../list-helper.js";
 import type { Checksums, ObjectMetadata, WriteState } from "../storage-backend.js";
 
@@ -328,9 +329,6 @@ export class FsMetadataStore {
   }
 }
 
-const noSuchKey = (bucket: string, key: string) =>
-  new DomainError("NoSuchKey", "the specified key does not exist", { bucket, key });
-
 /**
  * Data directories written before inline bodies existed: their fs_objects has no inline_id
  * column yet. Adding it keeps every row (all of them blob files) as it is.
@@ -343,9 +341,6 @@ function migrate(db: EmbeddedDb): void {
   if (!bucketColumns.some((c) => c.name === "location"))
     db.exec("ALTER TABLE fs_buckets ADD COLUMN location TEXT");
 }
-
-const noSuchBucket = (bucket: string) =>
-  new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket });
 
 const isLive = (row: ObjectRow | undefined): row is ObjectRow => row !== undefined && row.deleted === 0;
 

@@ -1,5 +1,5 @@
-import { DomainError } from "../../core/errors.js";
 import type { EmbeddedDb } from "../../sqlite/db.js";
+import { noSuchUpload, partReplaced } from "../backend-errors.js";
 import type { SeekFrom } from "../list-helper.js";
 import type { CreateUploadInput, MultipartUpload, ObjectMetadata, UploadRef } from "../storage-backend.js";
 
@@ -140,11 +140,7 @@ export class FsMultipartMetadata {
   requireUpload(ref: UploadRef): UploadRow {
     const row = this.stmts.upload.get(ref.uploadId);
     if (!row || row.bucket !== ref.bucket || row.key !== ref.key) {
-      throw new DomainError(
-        "NoSuchUpload",
-        "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
-        { uploadId: ref.uploadId },
-      );
+      throw noSuchUpload(ref.uploadId);
     }
     return row;
   }
@@ -183,11 +179,7 @@ export class FsMultipartMetadata {
     const upload = this.requireUpload(ref);
     for (const part of used) {
       if (this.stmts.part.get(upload.upload_id, part.partNumber)?.blob !== part.blob) {
-        throw new DomainError(
-          "InvalidPart",
-          `part ${part.partNumber} was replaced while the upload was being completed`,
-          { partNumber: part.partNumber },
-        );
+        throw partReplaced(part.partNumber);
       }
     }
     return this.removeRows(upload.upload_id);

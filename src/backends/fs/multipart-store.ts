@@ -1,11 +1,19 @@
-import { randomBytes } from "node:crypto";
 import { Readable } from "node:stream";
 import type { Clock } from "../../core/clock.js";
-import { DomainError } from "../../core/errors.js";
 import { runCommit } from "../../fence/commit-driver.js";
 import type { EmbeddedDomain } from "../../sqlite/db.js";
-import { listSorted } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import { assertNonNegative, partReplaced } from "../backend-errors.js";
+import {
+  assertPartNumber,
+  assertPartOrder,
+  listUploadsPage,
+  multipartEtag,
+  newUploadId,
+  partInfo,
+  partNumberMarker,
+  partsPage,
+  selectParts,
+} from "../multipart.js";
 import type {
   CompleteUploadInput,
   CreateUploadInput,
@@ -170,53 +178,18 @@ export class FsMultipartStore implements MultipartStore {
 
   async listParts(input: ListPartsInput): Promise<ListPartsResult> {
     this.opts.assertOpen();
-    assertNonNegative("maxParts", input.maxParts);
-    const marker = input.partNumberMarker ?? 0;
-    assertNonNegative("partNumberMarker", marker);
+    const marker = partNumberMarker(input);
     // One synchronous stretch: the upload and its parts are read as one snapshot.
     const upload = toUpload(this.rows.requireUpload(input));
     const rows = this.rows.partsAfter(upload.uploadId, marker, input.maxParts + 1);
-    const page = rows.slice(0, input.maxParts);
-    const isTruncated = rows.length > input.maxParts;
-    const last = page.at(-1);
-    return {
-      upload,
-      parts: page.map(toPartInfo),
-      isTruncated,
-      ...(isTruncated && last ? { nextPartNumberMarker: last.part_number } : {}),
-    };
+    return partsPage(upload, rows.map(toPartInfo), input.maxParts);
   }
 
   async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
     this.opts.assertOpen();
     assertNonNegative("maxUploads", input.maxUploads);
     this.objects.requireBucket(input.bucket);
-    const marker =
-      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
-        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
-        : undefined;
-    const page = listSorted(
-      {
-        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
-        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
-        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
-        maxKeys: input.maxUploads,
-      },
-      (from) => this.rows.seek(input.bucket, from, marker),
-    );
-    const uploads = page.objects.map(toUpload);
-    const last = uploads.at(-1);
-    const result: ListUploadsResult = {
-      uploads,
-      commonPrefixes: page.commonPrefixes,
-      isTruncated: page.isTruncated,
-    };
-    if (page.isTruncated && page.nextStartAfter !== undefined) {
-      result.nextKeyMarker = page.nextStartAfter;
-      // The last entry was an upload (not a common prefix): continue within its key.
-      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
-    }
-    return result;
+    return listUploadsPage(input, (marker) => (from) => this.rows.seek(input.bucket, from, marker), toUpload);
   }
 
   /** Aborts every upload initiated more than maxAgeMs ago (S3's AbortIncompleteMultipartUpload). */
@@ -245,11 +218,7 @@ export class FsMultipartStore implements MultipartStore {
       const handle = await this.blobs.openForRead(part.blob);
       if (!handle) {
         this.rows.requireUpload(ref); // NoSuchUpload when it was aborted or completed meanwhile
-        throw new DomainError(
-          "InvalidPart",
-          `part ${part.part_number} was replaced while the upload was being completed`,
-          { partNumber: part.part_number },
-        );
+        throw partReplaced(part.part_number);
       }
       const stream = handle.createReadStream();
       try {
@@ -261,27 +230,5 @@ export class FsMultipartStore implements MultipartStore {
   }
 }
 
-/** The client went away before the commit: nothing is committed. */
-export function abandoned(): DomainError {
-  return new DomainError("IncompleteBody", "the request was abandoned before it committed");
-}
-
-/** Starts with the initiation time, so that ordering by id within a key is ordering by initiation. */
-function newUploadId(initiated: number): string {
-  return `${Math.max(0, initiated).toString(16).padStart(12, "0")}${randomBytes(16).toString("hex")}`;
-}
-
-function toPartInfo(row: PartRow): PartInfo {
-  return {
-    partNumber: row.part_number,
-    size: row.size,
-    etag: `"${row.md5}"`,
-    lastModified: new Date(row.last_modified),
-  };
-}
-
-function assertNonNegative(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
-  }
-}
+const toPartInfo = (row: PartRow): PartInfo =>
+  partInfo(row.part_number, row.size, row.md5, row.last_modified);

@@ -3,6 +3,7 @@ import { DomainError } from "../../core/errors.js";
 import { assertValidBucketName } from "../../core/key-rules.js";
 import { MemoryDomain } from "../../core/tx.js";
 import { runCommit } from "../../fence/commit-driver.js";
+import { assertNonNegative } from "../backend-errors.js";
 import { listSorted } from "../list-helper.js";
 import { resolveRange } from "../range.js";
 import type {
@@ -21,7 +22,7 @@ import type {
   StorageBackend,
   WriteState,
 } from "../storage-backend.js";
-import { assertNonNegative, closed } from "./errors.js";
+import { closed } from "./errors.js";
 import { bufferBody, snapshotStream } from "./memory-body.js";
 import { MemoryMultipartStore } from "./memory-multipart.js";
 import { type LiveObject, MemoryObjects, type MemoryVersion, type StoredMetadata } from "./memory-objects.js";

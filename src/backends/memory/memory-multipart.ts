@@ -1,9 +1,18 @@
-import { randomBytes } from "node:crypto";
 import type { Clock } from "../../core/clock.js";
 import type { MemoryDomain } from "../../core/tx.js";
 import { runCommit } from "../../fence/commit-driver.js";
-import { listSorted } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import { assertNonNegative } from "../backend-errors.js";
+import {
+  assertPartNumber,
+  assertPartOrder,
+  listUploadsPage,
+  multipartEtag,
+  newUploadId,
+  partInfo,
+  partNumberMarker,
+  partsPage,
+  selectParts,
+} from "../multipart.js";
 import type {
   CompleteUploadInput,
   CreateUploadInput,
@@ -21,7 +30,6 @@ import type {
   UploadPartResult,
   UploadRef,
 } from "../storage-backend.js";
-import { assertNonNegative } from "./errors.js";
 import { bufferBody } from "./memory-body.js";
 import type { MemoryObjects, MemoryVersion } from "./memory-objects.js";
 import { MemoryUploads, type PartRecord, toUpload } from "./memory-uploads.js";
@@ -59,7 +67,7 @@ export class MemoryMultipartStore implements MultipartStore {
   async createUpload(input: CreateUploadInput, commit: FencedCommit): Promise<CreateUploadResult> {
     this.opts.assertOpen();
     const initiated = this.opts.clock();
-    const uploadId = this.newUploadId(initiated);
+    const uploadId = newUploadId(initiated, this.sequence++);
     // Creating an upload changes nothing visible: the HCT rule is checked, the HCT not raised.
     const inStep = () => this.uploads.insertUpload({ ...input, uploadId, initiated });
     const { highestToken } = await runCommit(this.port, input, { op: "check", inStep }, commit);
@@ -140,52 +148,17 @@ export class MemoryMultipartStore implements MultipartStore {
 
   async listParts(input: ListPartsInput): Promise<ListPartsResult> {
     this.opts.assertOpen();
-    assertNonNegative("maxParts", input.maxParts);
-    const marker = input.partNumberMarker ?? 0;
-    assertNonNegative("partNumberMarker", marker);
+    const marker = partNumberMarker(input);
     const record = this.uploads.requireUpload(input);
     const after = this.uploads.parts(record).filter((part) => part.partNumber > marker);
-    const page = after.slice(0, input.maxParts);
-    const isTruncated = after.length > input.maxParts;
-    const last = page.at(-1);
-    return {
-      upload: toUpload(record),
-      parts: page.map(toPartInfo),
-      isTruncated,
-      ...(isTruncated && last ? { nextPartNumberMarker: last.partNumber } : {}),
-    };
+    return partsPage(toUpload(record), after.map(toPartInfo), input.maxParts);
   }
 
   async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
     this.opts.assertOpen();
     assertNonNegative("maxUploads", input.maxUploads);
     this.objects.requireBucket(input.bucket);
-    const marker =
-      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
-        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
-        : undefined;
-    const page = listSorted(
-      {
-        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
-        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
-        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
-        maxKeys: input.maxUploads,
-      },
-      this.uploads.seeker(input.bucket, marker),
-    );
-    const uploads = page.objects.map(toUpload);
-    const last = uploads.at(-1);
-    const result: ListUploadsResult = {
-      uploads,
-      commonPrefixes: page.commonPrefixes,
-      isTruncated: page.isTruncated,
-    };
-    if (page.isTruncated && page.nextStartAfter !== undefined) {
-      result.nextKeyMarker = page.nextStartAfter;
-      // The last entry was an upload (not a common prefix): continue within its key.
-      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
-    }
-    return result;
+    return listUploadsPage(input, (marker) => this.uploads.seeker(input.bucket, marker), toUpload);
   }
 
   /** Aborts every upload initiated more than maxAgeMs ago (S3's AbortIncompleteMultipartUpload). */
@@ -200,23 +173,7 @@ export class MemoryMultipartStore implements MultipartStore {
   storedParts(): number {
     return this.uploads.storedParts();
   }
-
-  /**
-   * The initiation time, then a sequence number, then random hex: ordering by id within a key is
-   * ordering by initiation, and the same length (44) as the fs backend's ids.
-   */
-  private newUploadId(initiated: number): string {
-    const time = Math.max(0, initiated).toString(16).padStart(12, "0");
-    const sequence = (this.sequence++ % 0x1_0000_0000).toString(16).padStart(8, "0");
-    return `${time}${sequence}${randomBytes(12).toString("hex")}`;
-  }
 }
 
-function toPartInfo(part: PartRecord): PartInfo {
-  return {
-    partNumber: part.partNumber,
-    size: part.size,
-    etag: `"${part.md5Hex}"`,
-    lastModified: new Date(part.lastModified),
-  };
-}
+const toPartInfo = (part: PartRecord): PartInfo =>
+  partInfo(part.partNumber, part.size, part.md5Hex, part.lastModified);

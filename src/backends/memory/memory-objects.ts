@@ -1,10 +1,9 @@
 import { DomainError } from "../../core/errors.js";
 import type { MemoryDomain } from "../../core/tx.js";
 import type { FenceState, NextState } from "../../fence/commit-port.js";
-import { compareKeys, type SeekFn } from "../list-helper.js";
+import { noSuchBucket, noSuchKey } from "../backend-errors.js";
+import { compareKeys, type SeekFn, seekSorted } from "../list-helper.js";
 import type { BucketInfo, Checksums, ObjectMetadata, WriteState } from "../storage-backend.js";
-import { noSuchBucket, noSuchKey } from "./errors.js";
-import { seekSorted } from "./sorted-seek.js";
 import { change } from "./undoable.js";
 
 /**

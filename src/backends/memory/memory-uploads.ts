@@ -1,8 +1,8 @@
 import type { MemoryDomain } from "../../core/tx.js";
-import { compareKeys, type SeekFn, type SeekFrom } from "../list-helper.js";
+import { noSuchUpload, partReplaced } from "../backend-errors.js";
+import type { SeekFn, SeekFrom } from "../list-helper.js";
+import { compareUploads, seekUploads, uploadOf } from "../multipart.js";
 import type { CreateUploadInput, MultipartUpload, UploadRef } from "../storage-backend.js";
-import { noSuchUpload, partReplaced } from "./errors.js";
-import { seekSorted } from "./sorted-seek.js";
 import { change } from "./undoable.js";
 
 /** A recorded part. Never modified: uploading the same number again records a new one. */
@@ -108,32 +108,10 @@ export class MemoryUploads {
   seeker(bucket: string, marker?: { key: string; uploadId: string }): SeekFn<UploadRecord> {
     const sorted = [...this.uploads.values()]
       .filter((upload) => upload.bucket === bucket)
-      .sort((a, b) => compareKeys(a.key, b.key) || compareIds(a.uploadId, b.uploadId));
-    return (from: SeekFrom) =>
-      seekSorted(sorted, (upload) => {
-        const order = compareKeys(upload.key, from.key);
-        if (from.inclusive) return order >= 0;
-        if (marker && marker.key === from.key && order === 0) {
-          return compareIds(upload.uploadId, marker.uploadId) > 0;
-        }
-        return order > 0;
-      });
+      .sort(compareUploads);
+    return (from: SeekFrom) => seekUploads(sorted, from, marker);
   }
 }
 
-export function toUpload(record: UploadRecord): MultipartUpload {
-  return {
-    uploadId: record.uploadId,
-    bucket: record.bucket,
-    key: record.key,
-    metadata: structuredClone(record.metadata),
-    token: record.token,
-    leaseId: record.leaseId,
-    ...(record.transactionId ? { transactionId: record.transactionId } : {}),
-    initiator: record.initiator,
-    initiated: new Date(record.initiated),
-  };
-}
-
-// Upload ids are lower-case hex, so code unit order is byte order.
-const compareIds = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+export const toUpload = (record: UploadRecord): MultipartUpload =>
+  uploadOf(record.bucket, record.uploadId, { ...record, metadata: structuredClone(record.metadata) });

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { Readable } from "node:stream";
+import { abandoned } from "../backend-errors.js";
 import type { Store } from "./store.js";
-import { abandoned } from "./store-errors.js";
 
 /** A body stored in full under its blob name, not yet referenced by any record. */
 export type WrittenBlob = { size: number; md5Hex: string };

@@ -1,11 +1,11 @@
 import { DomainError } from "../../core/errors.js";
 import { deleteBucketSafely, type InFlightWrites } from "../../fence/bucket-deletion.js";
+import { noSuchBucket } from "../backend-errors.js";
 import { compareKeys } from "../list-helper.js";
 import type { BucketInfo } from "../storage-backend.js";
 import type { S3Context } from "./context.js";
 import { mapLimit } from "./map-limit.js";
 import type { S3ObjectPort } from "./object-port.js";
-import { noSuchBucket } from "./store-errors.js";
 
 /**
  * Buckets. A gateway bucket is the store bucket of the same name.

@@ -4,6 +4,7 @@ import type { Logger } from "../../core/log.js";
 import { BucketTrust } from "../../fence/bucket-deletion.js";
 import { transactionOutcome } from "../../fence/commit-driver.js";
 import type { TransactionLog } from "../../fence/commit-port.js";
+import { noSuchBucket } from "../backend-errors.js";
 import { parseMarker } from "./bucket-marker.js";
 import type { CapabilityGate } from "./capability.js";
 import type { Layout } from "./layout.js";
@@ -11,8 +12,7 @@ import type { S3CommitHooks } from "./options.js";
 import type { RecordStore } from "./record-store.js";
 import { newNonce, type ObjectRecord, type ReadRecord, rolledForward, withoutPending } from "./records.js";
 import type { Store, StoredObject } from "./store.js";
-import { noSuchBucket } from "./store-errors.js";
-import { TransactionRecords } from "./transaction-log.js";
+import { S3TransactionRecords } from "./transaction-log.js";
 
 /**
  * How long replaced blobs wait to be removed together (a bucket written to all the time costs
@@ -40,7 +40,7 @@ export class S3Context {
   private retired = new Map<string, Set<string>>();
   private retireTimer: NodeJS.Timeout | undefined;
   /** The records of fenced transactions (`<m>t/<id>`). */
-  readonly txRecords: TransactionRecords;
+  readonly txRecords: S3TransactionRecords;
   /**
    * Resolves a key's pending write in the store (the port's settle): a reader that found one
    * committed asks for it, off its own path (best effort).
@@ -56,7 +56,7 @@ export class S3Context {
     readonly hooks: S3CommitHooks | undefined,
     readonly log: Logger | undefined,
   ) {
-    this.txRecords = new TransactionRecords(store, layout);
+    this.txRecords = new S3TransactionRecords(store, layout);
   }
 
   /** The transaction log of a store bucket; `settle` resolves a key's pending write. */

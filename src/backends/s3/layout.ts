@@ -103,13 +103,6 @@ export const decodeKey = (encoded: string): string => Buffer.from(encoded, "base
 /** Upload ids fencegate issues: 12 hex digits of initiation time, then random hex (see newUploadId). */
 export const UPLOAD_ID = /^[0-9a-f]{44}$/;
 
-/** Starts with the initiation time, so that ordering by id within a key is ordering by initiation. */
-export function newUploadId(initiated: number, sequence: number): string {
-  const time = Math.max(0, initiated).toString(16).padStart(12, "0");
-  const seq = (sequence % 0x1_0000_0000).toString(16).padStart(8, "0");
-  return `${time}${seq}${randomBytes(12).toString("hex")}`;
-}
-
 /**
  * When a blob was staged (ms, the stager's clock), from its id; 0 for ids of older versions,
  * which carried no time. The collector marks a record with the time before which blobs of its

@@ -15,6 +15,7 @@ import {
   type TransactionLog,
   WRITE_HISTORY,
 } from "../../fence/commit-port.js";
+import { noSuchBucket } from "../backend-errors.js";
 import { parseMarker } from "./bucket-marker.js";
 import type { S3Context } from "./context.js";
 import { blobTime } from "./layout.js";
@@ -26,7 +27,6 @@ import {
   type ReadRecord,
   writesOf,
 } from "./records.js";
-import { noSuchBucket } from "./store-errors.js";
 import type { UploadStore } from "./upload-store.js";
 
 /**

@@ -3,6 +3,7 @@ import { assertValidBucketName } from "../../core/key-rules.js";
 import { noWritesInFlight } from "../../fence/bucket-deletion.js";
 import { runCommit } from "../../fence/commit-driver.js";
 import type { TransactionLog } from "../../fence/commit-port.js";
+import { noSuchKey } from "../backend-errors.js";
 import { resolveRange } from "../range.js";
 import type {
   BucketInfo,
@@ -33,7 +34,6 @@ import { observedOf, type S3ObjectPort } from "./object-port.js";
 import type { ResolvedOptions } from "./options.js";
 import { type LiveVersion, liveOf } from "./records.js";
 import type { S3MultipartStore } from "./s3-multipart.js";
-import { noSuchKey } from "./store-errors.js";
 import { s3SystemRecords } from "./system-records.js";
 import type { UploadStore } from "./upload-store.js";
 

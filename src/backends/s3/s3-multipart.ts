@@ -1,7 +1,17 @@
-import { DomainError } from "../../core/errors.js";
 import { OutcomeUnknownError, runCommit } from "../../fence/commit-driver.js";
-import { compareKeys, listSorted, type SeekFrom } from "../list-helper.js";
-import { assertPartNumber, assertPartOrder, multipartEtag, selectParts } from "../multipart.js";
+import { assertNonNegative, partReplaced } from "../backend-errors.js";
+import {
+  assertPartNumber,
+  assertPartOrder,
+  compareUploads,
+  listUploadsPage,
+  multipartEtag,
+  newUploadId,
+  partNumberMarker,
+  partsPage,
+  seekUploads,
+  selectParts,
+} from "../multipart.js";
 import {
   type CompleteUploadInput,
   type CreateUploadInput,
@@ -21,7 +31,7 @@ import {
 } from "../storage-backend.js";
 import { writeBlob } from "./blob-writer.js";
 import type { S3Context } from "./context.js";
-import { BLOB_META, encodeKey, newUploadId } from "./layout.js";
+import { BLOB_META, encodeKey } from "./layout.js";
 import type { S3ObjectPort } from "./object-port.js";
 import { type LiveVersion, liveOf } from "./records.js";
 import type { UploadStore } from "./upload-store.js";
@@ -207,23 +217,13 @@ export class S3MultipartStore implements MultipartStore {
 
   async listParts(input: ListPartsInput): Promise<ListPartsResult> {
     this.ctx.assertOpen();
-    assertNonNegative("maxParts", input.maxParts);
-    const marker = input.partNumberMarker ?? 0;
-    assertNonNegative("partNumberMarker", marker);
+    const marker = partNumberMarker(input);
     const upload = toUpload(input.bucket, await this.uploads.require(input));
     const rows =
       marker >= MAX_PART_NUMBER
         ? []
         : await this.uploads.partsAfter(input.bucket, input.uploadId, marker, input.maxParts + 1);
-    const page = rows.slice(0, input.maxParts);
-    const isTruncated = rows.length > input.maxParts;
-    const last = page.at(-1);
-    return {
-      upload,
-      parts: page.map(toPartInfo),
-      isTruncated,
-      ...(isTruncated && last ? { nextPartNumberMarker: last.partNumber } : {}),
-    };
+    return partsPage(upload, rows.map(toPartInfo), input.maxParts);
   }
 
   async listUploads(input: ListUploadsInput): Promise<ListUploadsResult> {
@@ -231,34 +231,12 @@ export class S3MultipartStore implements MultipartStore {
     assertNonNegative("maxUploads", input.maxUploads);
     await this.ctx.requireBucket(input.bucket);
     // In-progress uploads are few: all of them, sorted here (manifests are named by upload id).
-    const sorted = (await this.uploads.all(input.bucket)).sort(
-      (a, b) => compareKeys(a.key, b.key) || compareIds(a.uploadId, b.uploadId),
+    const sorted = (await this.uploads.all(input.bucket)).sort(compareUploads);
+    return listUploadsPage(
+      input,
+      (marker) => (from) => seekUploads(sorted, from, marker),
+      (m) => toUpload(input.bucket, m),
     );
-    const marker =
-      input.keyMarker !== undefined && input.uploadIdMarker !== undefined
-        ? { key: input.keyMarker, uploadId: input.uploadIdMarker }
-        : undefined;
-    const page = listSorted(
-      {
-        ...(input.prefix !== undefined ? { prefix: input.prefix } : {}),
-        ...(input.delimiter !== undefined ? { delimiter: input.delimiter } : {}),
-        ...(input.keyMarker !== undefined ? { startAfter: input.keyMarker } : {}),
-        maxKeys: input.maxUploads,
-      },
-      (from) => seekUploads(sorted, from, marker),
-    );
-    const uploads = page.objects.map((m) => toUpload(input.bucket, m));
-    const last = uploads.at(-1);
-    const result: ListUploadsResult = {
-      uploads,
-      commonPrefixes: page.commonPrefixes,
-      isTruncated: page.isTruncated,
-    };
-    if (page.isTruncated && page.nextStartAfter !== undefined) {
-      result.nextKeyMarker = page.nextStartAfter;
-      if (last && last.key === page.nextStartAfter) result.nextUploadIdMarker = last.uploadId;
-    }
-    return result;
   }
 
   /**
@@ -313,41 +291,5 @@ export class S3MultipartStore implements MultipartStore {
       await this.ctx.removeBlob(ref.bucket, blob);
       throw e;
     }
-  }
-}
-
-/** Uploads sorted by key then id, from `from`; with an id marker, within the marker's key after it. */
-function* seekUploads(
-  sorted: UploadManifest[],
-  from: SeekFrom,
-  marker: { key: string; uploadId: string } | undefined,
-): Generator<UploadManifest> {
-  const reached = (u: UploadManifest) => {
-    const order = compareKeys(u.key, from.key);
-    if (from.inclusive) return order >= 0;
-    if (marker && marker.key === from.key && order === 0) return compareIds(u.uploadId, marker.uploadId) > 0;
-    return order > 0;
-  };
-  let low = 0;
-  let high = sorted.length;
-  while (low < high) {
-    const mid = (low + high) >>> 1;
-    if (reached(sorted[mid]!)) high = mid;
-    else low = mid + 1;
-  }
-  for (let i = low; i < sorted.length; i++) yield sorted[i]!;
-}
-
-// Upload ids are lower-case hex, so code unit order is byte order.
-const compareIds = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-
-const partReplaced = (partNumber: number) =>
-  new DomainError("InvalidPart", `part ${partNumber} was replaced while the upload was being completed`, {
-    partNumber,
-  });
-
-function assertNonNegative(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new DomainError("InvalidArgument", `${name} must be a non-negative integer`);
   }
 }

@@ -1,4 +1,5 @@
 import { DomainError } from "../../core/errors.js";
+import { noSuchBucket } from "../backend-errors.js";
 
 /**
  * What a failed store request means to fencegate. The AWS SDK throws service exceptions named
@@ -100,23 +101,6 @@ function retryAfterSeconds(err: unknown): number {
   const seconds = raw === undefined ? Number.NaN : Number(raw);
   return Number.isFinite(seconds) && seconds >= 0 ? Math.ceil(seconds) : 1;
 }
-
-export const noSuchBucket = (bucket: string) =>
-  new DomainError("NoSuchBucket", "the specified bucket does not exist", { bucket });
-
-export const noSuchKey = (bucket: string, key: string) =>
-  new DomainError("NoSuchKey", "the specified key does not exist", { bucket, key });
-
-export const noSuchUpload = (uploadId: string) =>
-  new DomainError(
-    "NoSuchUpload",
-    "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
-    { uploadId },
-  );
-
-/** The client went away before the commit: nothing is committed. */
-export const abandoned = () =>
-  new DomainError("IncompleteBody", "the request was abandoned before it committed");
 
 /**
  * The DomainError a failed store request becomes when its outcome does not matter to a commit

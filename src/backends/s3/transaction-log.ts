@@ -1,107 +1,35 @@
-import { DomainError } from "../../core/errors.js";
-import { LruMap } from "../../core/lru.js";
-import type { SwapAnswer, TransactionLog, TxRead, TxRecord } from "../../fence/commit-port.js";
+import { type RecordCondition, type RecordPut, TransactionRecords } from "../transaction-records.js";
 import type { Layout } from "./layout.js";
 import type { Store } from "./store.js";
 
-/**
- * The records of fenced transactions in a store bucket: `<m>t/<id>`, JSON (TxRecord), created
- * with If-None-Match: * and replaced with If-Match on the ETag read; each version holds a fresh
- * nonce, so If-Match is a true compare-and-swap. Committed and aborted are final: such records
- * are cached (any replica may keep them, they never change again).
- */
-export class TransactionRecords {
-  /** Final records by bucket and id. */
-  private readonly final = new LruMap<TxRead>(10_000);
-
+/** The records of fenced transactions in a store bucket: `<m>t/<id>` (backends/transaction-records.ts). */
+export class S3TransactionRecords extends TransactionRecords {
   constructor(
     private readonly store: Store,
     private readonly layout: Layout,
-  ) {}
-
-  /**
-   * The log of one store bucket; `settle` resolves a key's pending write (the backend's key),
-   * `checkBucket` refuses while the bucket is deleted or being deleted (CasPort.checkBucket).
-   */
-  log(
-    bucket: string,
-    settle: (key: string) => Promise<void>,
-    checkBucket: () => Promise<void>,
-  ): TransactionLog {
-    return {
-      create: (record) => this.create(bucket, record),
-      read: (id) => this.read(bucket, id),
-      swap: (from, next) => this.swap(bucket, from, next),
-      settle,
-      checkBucket,
-    };
+  ) {
+    super();
   }
 
-  private name(id: string): string {
+  protected name(id: string): string {
     return `${this.layout.transactions}${id}`;
   }
 
-  async create(bucket: string, record: TxRecord): Promise<boolean> {
-    const put = await this.store.putConditional(bucket, this.name(record.id), {
-      body: Buffer.from(JSON.stringify(record)),
+  protected async put(
+    bucket: string,
+    name: string,
+    body: Buffer,
+    conditions: RecordCondition,
+  ): Promise<RecordPut> {
+    const put = await this.store.putConditional(bucket, name, {
+      body,
       contentType: "application/json",
-      ifNoneMatch: "*",
+      ...conditions,
     });
-    if (put.outcome === "written") return true;
-    if (put.outcome === "condition-failed") return false;
-    // Unknown: the record says whether this very one landed (its nonce).
-    const got = await this.read(bucket, record.id);
-    if (got?.record.nonce === record.nonce) return true;
-    if (got) return false;
-    throw new DomainError(
-      "ServiceUnavailable",
-      `the store did not answer the creation of transaction ${record.id}; please retry`,
-      { retryAfterSeconds: 1 },
-      { cause: put.error },
-    );
+    return put.outcome === "condition-failed" ? { outcome: "lost" } : put;
   }
 
-  async read(bucket: string, id: string): Promise<TxRead | null> {
-    const cached = this.final.get(`${bucket}\n${id}`);
-    if (cached) return cached;
-    const got = await this.store.getText(bucket, this.name(id));
-    if (!got) return null;
-    const record = parseTxRecord(got.text, `${bucket}/${this.name(id)}`);
-    const read = { record, version: got.etag };
-    if (record.state !== "open") this.final.set(`${bucket}\n${id}`, read);
-    return read;
+  protected getText(bucket: string, name: string): Promise<{ text: string; etag: string } | null> {
+    return this.store.getText(bucket, name);
   }
-
-  async swap(bucket: string, from: TxRead, next: TxRecord): Promise<SwapAnswer> {
-    const put = await this.store.putConditional(bucket, this.name(next.id), {
-      body: Buffer.from(JSON.stringify(next)),
-      contentType: "application/json",
-      ifMatch: from.version,
-    });
-    if (put.outcome === "written") {
-      if (next.state !== "open" && put.etag) {
-        this.final.set(`${bucket}\n${next.id}`, { record: next, version: put.etag });
-      }
-      return { outcome: "swapped" };
-    }
-    if (put.outcome === "condition-failed") return { outcome: "lost" };
-    return { outcome: "unknown", error: put.error };
-  }
-}
-
-function parseTxRecord(text: string, where: string): TxRecord {
-  const value = JSON.parse(text) as Partial<TxRecord>;
-  const ok =
-    value !== null &&
-    typeof value === "object" &&
-    value.v === 1 &&
-    typeof value.id === "string" &&
-    typeof value.leaseId === "string" &&
-    Number.isSafeInteger(value.token) &&
-    typeof value.bucket === "string" &&
-    (value.state === "open" || value.state === "committed" || value.state === "aborted") &&
-    Array.isArray(value.keys) &&
-    typeof value.nonce === "string";
-  if (!ok) throw new Error(`${where} is not a fencegate transaction record`);
-  return value as TxRecord;
 }

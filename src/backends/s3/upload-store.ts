@@ -1,12 +1,12 @@
 import { randomBytes } from "node:crypto";
 import { DomainError } from "../../core/errors.js";
 import { OutcomeUnknownError, type Settled } from "../../fence/commit-driver.js";
+import { noSuchUpload } from "../backend-errors.js";
 import type { UploadRef } from "../storage-backend.js";
 import type { S3Context } from "./context.js";
 import { EtagCache } from "./etag-cache.js";
 import { UPLOAD_ID } from "./layout.js";
 import { mapLimit } from "./map-limit.js";
-import { noSuchUpload } from "./store-errors.js";
 import { type PartManifest, parsePartManifest, parseUploadManifest, type UploadManifest } from "./uploads.js";
 
 const READS_IN_PARALLEL = 16;

@@ -1,3 +1,4 @@
+import { partInfo, uploadOf } from "../multipart.js";
 import type { MultipartUpload, ObjectMetadata, PartInfo } from "../storage-backend.js";
 
 /** A multipart upload's manifest, `<m>u/<upload id>`: written once, removed at completion or abort. */
@@ -54,25 +55,8 @@ export function parsePartManifest(text: string, where: string): PartManifest {
   return value as PartManifest;
 }
 
-export function toUpload(bucket: string, m: UploadManifest): MultipartUpload {
-  return {
-    uploadId: m.uploadId,
-    bucket,
-    key: m.key,
-    metadata: structuredClone(m.metadata),
-    token: m.token,
-    leaseId: m.leaseId,
-    initiator: m.initiator,
-    initiated: new Date(m.initiated),
-    ...(typeof m.transactionId === "string" ? { transactionId: m.transactionId } : {}),
-  };
-}
+export const toUpload = (bucket: string, m: UploadManifest): MultipartUpload =>
+  uploadOf(bucket, m.uploadId, { ...m, metadata: structuredClone(m.metadata) });
 
-export function toPartInfo(p: PartManifest): PartInfo {
-  return {
-    partNumber: p.partNumber,
-    size: p.size,
-    etag: `"${p.md5}"`,
-    lastModified: new Date(p.lastModified),
-  };
-}
+export const toPartInfo = (p: PartManifest): PartInfo =>
+  partInfo(p.partNumber, p.size, p.md5, p.lastModified);

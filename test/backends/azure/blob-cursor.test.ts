@@ -6,8 +6,7 @@ import {
   type PageRequest,
 } from "../../../src/backends/azure/blob-cursor.js";
 import { listSortedAsync } from "../../../src/backends/azure/list-sorted-async.js";
-import { compareKeys, listSorted } from "../../../src/backends/list-helper.js";
-import { seekSorted } from "../../../src/backends/memory/sorted-seek.js";
+import { compareKeys, listSorted, seekSorted } from "../../../src/backends/list-helper.js";
 
 /**
  * The S3 listing over List Blobs pages, against fake services that sort names as UTF-16 code
