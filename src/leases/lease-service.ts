@@ -23,7 +23,7 @@ import type {
   LeaseStore,
 } from "./lease-store.js";
 import { LeaseWaiting } from "./lease-waiting.js";
-import type { PoolMembership, SharesWaiting } from "./wait-queue.js";
+import { type PoolMembership, sharesWaiting } from "./wait-queue.js";
 
 export type LeaseLimits = { minTtlMs: number; maxTtlMs: number; maxWaitMs: number };
 
@@ -106,8 +106,8 @@ export class LeaseService {
 
   /** Pool members shared by every replica, when the store offers it (Pools keeps its own otherwise). */
   poolMembership(): PoolMembership | undefined {
-    const store = this.opts.store as Partial<SharesWaiting>;
-    return typeof store.sharedPoolMembership === "function" ? store.sharedPoolMembership() : undefined;
+    const { store } = this.opts;
+    return sharesWaiting(store) ? store.sharedPoolMembership() : undefined;
   }
 
   get limits(): LeaseLimits {
@@ -262,12 +262,8 @@ export class LeaseService {
       await this.record("LeaseBroken", existing, caller, { decision: "rejected", reason: "AccessDenied" });
       throw accessDenied("is not an administrator: only administrators break leases");
     }
-    const store = this.opts.store;
-    if (!store.breakLease) {
-      throw new DomainError("NotImplemented", `the ${store.kind} lease store cannot break leases`);
-    }
     const event = this.event("LeaseBroken", caller);
-    const { lease, fence } = await store.breakLease(leaseId, event.hook, event.context);
+    const { lease, fence } = await this.opts.store.breakLease(leaseId, event.hook, event.context);
     await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
     // A lease that had expired unnoticed ended by expiry; the administrator's act is recorded too.
     if (lease.releasedAt === undefined && !event.context) await this.record("LeaseBroken", lease, caller);

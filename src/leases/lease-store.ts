@@ -185,19 +185,16 @@ export interface LeaseStore {
    * token the lease's holder could carry) and the commit intents recorded under the lease's
    * resource. An active lease is released (hook called); one that had expired unnoticed has its
    * expiry reported (hook called with "LeaseExpired"). Throws LeaseNotFound when unknown or
-   * already seen to end. (Optional while a store is being built; the contract suite requires it.)
+   * already seen to end.
    */
-  breakLease?(leaseId: string, inCommit?: LeaseEventHook, events?: LeaseEventContext): Promise<BreakResult>;
+  breakLease(leaseId: string, inCommit?: LeaseEventHook, events?: LeaseEventContext): Promise<BreakResult>;
 
-  /**
-   * Delegates (optional while a store is being built; the contract suite requires them). Kept
-   * while the lease is remembered; forgotten with it.
-   */
-  addDelegate?(delegate: DelegateRecord): Promise<void>;
+  /** Adds a delegate, kept while the lease is remembered; forgotten with it. */
+  addDelegate(delegate: DelegateRecord): Promise<void>;
   /** The delegates of one lease, or of every lease still remembered; in creation order. */
-  listDelegates?(leaseId?: string): Promise<DelegateRecord[]>;
+  listDelegates(leaseId?: string): Promise<DelegateRecord[]>;
   /** Removes a delegate; false when the lease has no such delegate. */
-  removeDelegate?(leaseId: string, delegateId: string): Promise<boolean>;
+  removeDelegate(leaseId: string, delegateId: string): Promise<boolean>;
 
   /**
    * Whether the store writes the audit records of its own lease events into `audit`, in the same

@@ -15,7 +15,7 @@ import type {
 import {
   type DelegateNotice,
   type SharedWaitLine,
-  type SharesWaiting,
+  sharesWaiting,
   type Waiter,
   type WaitNotice,
   WaitQueue,
@@ -93,9 +93,8 @@ export class LeaseWaiting {
 
   constructor(private readonly host: WaitingHost) {
     const { store } = host;
-    const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
-    this.shared = typeof sharing === "function" ? sharing.call(store) : undefined;
-    this.releaseWakes = (store as Partial<SharesWaiting>).releaseWakesWaiters === true;
+    this.shared = sharesWaiting(store) ? store.sharedWaitLine() : undefined;
+    this.releaseWakes = sharesWaiting(store) && store.releaseWakesWaiters === true;
   }
 
   /** Lease requests waiting in this gateway for a held resource (metrics). */

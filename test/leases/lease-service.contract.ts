@@ -16,7 +16,7 @@ import { covers, groupOf, parseGroupKey } from "../../src/leases/lease-rules.js"
 import { type Caller, type LeaseInfo, LeaseService } from "../../src/leases/lease-service.js";
 import type { LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
 import { Pools } from "../../src/leases/pools.js";
-import type { SharedWaitLine, SharesWaiting } from "../../src/leases/wait-queue.js";
+import { type SharedWaitLine, type SharesWaiting, sharesWaiting } from "../../src/leases/wait-queue.js";
 
 export type ServiceStoreFactory = () => Promise<{ store: LeaseStore; cleanup: () => Promise<void> }>;
 
@@ -59,9 +59,8 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
         return result;
       };
       // A store shared by replicas grants a waiter through its shared queue: counted alike.
-      const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
-      if (typeof sharing === "function") {
-        const line = sharing.call(store);
+      if (sharesWaiting(store)) {
+        const line = store.sharedWaitLine();
         const countingLine: SharedWaitLine = {
           ...line,
           tryAcquireAsHead: async (ticket, input, events) => {

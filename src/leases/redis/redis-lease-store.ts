@@ -7,6 +7,7 @@ import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { LuaScript } from "../../core/lua-source.js";
 import {
+  appendsInScript,
   DEFAULT_REDIS_KEY_PREFIX,
   type InScriptAppends,
   redisServerOf,
@@ -334,11 +335,11 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     redis,
 
     recordsEventsIn(audit: AuditLog) {
-      const target = (audit as Partial<{ inScript: InScriptAppends }>).inScript;
       // The same Redis server and database, and the same key prefix: the log's keys are the ones
       // the scripts reach (in one cluster slot with the lease keys: the same hash tag).
-      if (audit.kind !== "redis" || !target || target.keyPrefix !== P) return false;
-      if (target.server !== redisServerOf(redis)) return false;
+      if (!appendsInScript(audit)) return false;
+      const target = audit.inScript;
+      if (target.keyPrefix !== P || target.server !== redisServerOf(redis)) return false;
       sink = target;
       return true;
     },
