@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
-import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
+import type { AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
+import { leaseEventDraft } from "./lease-events.js";
 import { accessDenied, type Caller, notFound } from "./lease-requests.js";
 import { leaseState, type ResourceRef, resourceOf } from "./lease-rules.js";
 import type { DelegateRecord, LeaseRecord, LeaseStore } from "./lease-store.js";
@@ -20,7 +21,6 @@ export type DelegatesHost = {
   /** Refuses (and records) a caller that is not the lease's owner or an administrator. */
   checkOwns(lease: LeaseRecord, op: string, caller: Caller): Promise<void>;
   actsFor(lease: LeaseRecord, caller: Caller): boolean;
-  draft(op: string, lease: LeaseRecord, caller: Caller): AuditDraft;
 };
 
 /**
@@ -105,7 +105,7 @@ export class LeaseDelegates {
       ?.announce({ kind: "delegate-added", delegate, lease: resourceOf(lease) })
       .catch(() => undefined);
     await this.host.audit.append({
-      ...this.host.draft("LeaseDelegateAdded", lease, caller),
+      ...leaseEventDraft("LeaseDelegateAdded", lease, caller),
       owner: delegate.delegateId,
     });
     return { delegate, secretAccessKey: derive(delegate.delegateId) };
@@ -131,7 +131,7 @@ export class LeaseDelegates {
       ?.announce({ kind: "delegate-removed", leaseId, delegateId })
       .catch(() => undefined);
     await this.host.audit.append({
-      ...this.host.draft("LeaseDelegateRemoved", lease, caller),
+      ...leaseEventDraft("LeaseDelegateRemoved", lease, caller),
       owner: delegateId,
     });
   }

@@ -114,7 +114,7 @@ export interface SharedWaitLine {
    * One grant attempt (LeaseStore.tryAcquire), refused (`behind`) unless the ticket is first in
    * line, in the same atomic step; a grant removes the ticket.
    */
-  tryAcquireAsHead(ticket: string, input: AcquireInput, events?: LeaseEventContext): Promise<HeadAttempt>;
+  tryAcquireAsHead(ticket: string, input: AcquireInput, by?: LeaseEventContext): Promise<HeadAttempt>;
   /**
    * The waiter gave up or went away: its ticket leaves at once (unknown tickets are ignored, and
    * an enqueue of them still on its way queues nothing). When Redis cannot confirm it, it throws,
