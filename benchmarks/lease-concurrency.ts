@@ -26,9 +26,10 @@ export async function leaseConcurrencyBench(opts: LeaseConcurrencyOptions): Prom
   const dir = mkdtempSync(join(tmpdir(), "fencegate-bench-lease-concurrency-"));
   const db = openEmbeddedDb({ dataDir: dir });
   try {
+    const audit = createEmbeddedAuditLog({ db, gatewayId: "bench" });
     const service = new LeaseService({
-      store: createEmbeddedLeaseStore({ db }),
-      audit: createEmbeddedAuditLog({ db, gatewayId: "bench" }),
+      store: createEmbeddedLeaseStore({ db, events: audit }),
+      audit,
       clock: systemClock,
       limits: { minTtlMs: 1_000, maxTtlMs: 3_600_000, maxWaitMs: 60_000 },
       fenceObject: async () => {},

@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
-import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
+import type { AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
+import { leaseEventDraft } from "./lease-events.js";
 import { accessDenied, type Caller, notFound } from "./lease-requests.js";
 import { leaseState, type ResourceRef, resourceOf } from "./lease-rules.js";
 import type { DelegateRecord, LeaseRecord, LeaseStore } from "./lease-store.js";
@@ -20,7 +21,6 @@ export type DelegatesHost = {
   /** Refuses (and records) a caller that is not the lease's owner or an administrator. */
   checkOwns(lease: LeaseRecord, op: string, caller: Caller): Promise<void>;
   actsFor(lease: LeaseRecord, caller: Caller): boolean;
-  draft(op: string, lease: LeaseRecord, caller: Caller): AuditDraft;
 };
 
 /**
@@ -55,7 +55,6 @@ export class LeaseDelegates {
     const { store, queue } = this.host;
     // Delegates added or removed through other replicas from now on are heard of at once.
     if (queue.shared) await queue.listen(queue.shared);
-    if (!store.listDelegates) return;
     const known = new Map<string, { record: DelegateRecord; lease: ResourceRef }>();
     for (const record of await store.listDelegates()) {
       const lease = await store.get(record.leaseId);
@@ -83,9 +82,7 @@ export class LeaseDelegates {
    */
   async add(leaseId: string, caller: Caller): Promise<{ delegate: DelegateRecord; secretAccessKey: string }> {
     const { store, delegateSecret: derive } = this.host;
-    if (!store.addDelegate || !derive) {
-      throw new DomainError("NotImplemented", `the ${store.kind} lease store does not keep delegates`);
-    }
+    if (!derive) throw new DomainError("NotImplemented", "this gateway derives no delegate secrets");
     const lease = await store.get(leaseId);
     if (!lease || lease.releasedAt !== undefined) throw notFound(leaseId);
     await this.host.checkOwns(lease, "LeaseDelegateAdded", caller);
@@ -108,7 +105,7 @@ export class LeaseDelegates {
       ?.announce({ kind: "delegate-added", delegate, lease: resourceOf(lease) })
       .catch(() => undefined);
     await this.host.audit.append({
-      ...this.host.draft("LeaseDelegateAdded", lease, caller),
+      ...leaseEventDraft("LeaseDelegateAdded", lease, caller),
       owner: delegate.delegateId,
     });
     return { delegate, secretAccessKey: derive(delegate.delegateId) };
@@ -119,7 +116,7 @@ export class LeaseDelegates {
     if (!lease) throw notFound(leaseId);
     if (!this.host.actsFor(lease, caller))
       throw accessDenied(`lease ${leaseId} belongs to another access key`);
-    return (await this.host.store.listDelegates?.(leaseId)) ?? [];
+    return this.host.store.listDelegates(leaseId);
   }
 
   /** Revokes a delegate at once (the lease's owner or an administrator). */
@@ -127,14 +124,14 @@ export class LeaseDelegates {
     const lease = await this.host.store.get(leaseId);
     if (!lease) throw notFound(leaseId);
     await this.host.checkOwns(lease, "LeaseDelegateRemoved", caller);
-    const removed = (await this.host.store.removeDelegate?.(leaseId, delegateId)) ?? false;
+    const removed = await this.host.store.removeDelegate(leaseId, delegateId);
     if (!removed) throw new DomainError("NoSuchEndpoint", `lease ${leaseId} has no delegate ${delegateId}`);
     this.known.delete(delegateId);
     await this.host.queue.shared
       ?.announce({ kind: "delegate-removed", leaseId, delegateId })
       .catch(() => undefined);
     await this.host.audit.append({
-      ...this.host.draft("LeaseDelegateRemoved", lease, caller),
+      ...leaseEventDraft("LeaseDelegateRemoved", lease, caller),
       owner: delegateId,
     });
   }

@@ -1,9 +1,10 @@
 import { type AccessPolicy, openPolicy } from "../access/access-policy.js";
-import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
+import type { AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
-import type { LeaseEvent, LeaseObserver } from "../metrics/observe.js";
+import type { LeaseObserver } from "../metrics/observe.js";
 import { LeaseDelegates } from "./lease-delegates.js";
+import { type AcceptedEvent, eventsOf, expiries, leaseEventDraft } from "./lease-events.js";
 import {
   type AcquireRequest,
   accessDenied,
@@ -15,15 +16,12 @@ import { leaseState, type ResourceRef } from "./lease-rules.js";
 import type {
   CommitIntentRef,
   DelegateRecord,
-  LeaseEventContext,
-  LeaseEventHook,
   LeaseRecord,
   LeaseResource,
-  LeaseSideEvent,
   LeaseStore,
 } from "./lease-store.js";
 import { LeaseWaiting } from "./lease-waiting.js";
-import type { PoolMembership, SharesWaiting } from "./wait-queue.js";
+import { type PoolMembership, sharesWaiting } from "./wait-queue.js";
 
 export type LeaseLimits = { minTtlMs: number; maxTtlMs: number; maxWaitMs: number };
 
@@ -58,36 +56,25 @@ export type LeaseServiceOptions = {
 /**
  * Lease operations as the API offers them: bounds checking, waiting for a held resource (the
  * queue, lease-waiting.ts), fencing commits left in flight by ended leases, delegates
- * (lease-delegates.ts), and an audit record for every lease event (inside the store's own step
- * when the audit log shares its domain or the store records lease events itself, right after it
- * otherwise).
+ * (lease-delegates.ts), and an audit record for every refused request (the store records the
+ * accepted lease events itself: LeaseEvents).
  */
 export class LeaseService {
   /** Requests waiting for a held resource, in this gateway or in the queue every replica shares. */
   private readonly queue: LeaseWaiting;
   private readonly delegates: LeaseDelegates;
-  private readonly joinsAudit: boolean;
-  /** The store appends the records of its accepted lease events itself, in the same step. */
-  private readonly storeRecords: boolean;
 
   constructor(private readonly opts: LeaseServiceOptions) {
     const { store, audit } = opts;
-    this.joinsAudit = store.domain !== undefined && store.domain === audit.domain && !!audit.appendInStep;
-    this.storeRecords = !this.joinsAudit && (store.recordsEventsIn?.(audit) ?? false);
     this.queue = new LeaseWaiting({
       store,
       clock: opts.clock,
       observe: opts.observe,
-      event: (op, caller) => this.event(op, caller),
+      counted: (events) => this.counted(events),
       fenceIntents: (token, intents) => this.fenceIntents(token, intents),
       release: (leaseId, caller) => this.release(leaseId, caller),
       info: (lease) => this.info(lease),
-      refused: (req, caller) =>
-        this.recordFor("LeaseAcquired", req.resource, caller, {
-          decision: "rejected",
-          reason: "LeaseHeld",
-          owner: req.owner,
-        }),
+      refused: (req, caller) => this.refused("LeaseAcquired", req, caller, "LeaseHeld"),
       actsFor: (lease, caller) => this.actsFor(lease, caller),
       delegateNotice: (notice) => this.delegates.heard(notice),
       reloadDelegates: () => this.delegates.load(),
@@ -100,14 +87,13 @@ export class LeaseService {
       queue: this.queue,
       checkOwns: (lease, op, caller) => this.checkOwns(lease, op, caller),
       actsFor: (lease, caller) => this.actsFor(lease, caller),
-      draft: (op, lease, caller) => this.draft(op, lease, caller),
     });
   }
 
   /** Pool members shared by every replica, when the store offers it (Pools keeps its own otherwise). */
   poolMembership(): PoolMembership | undefined {
-    const store = this.opts.store as Partial<SharesWaiting>;
-    return typeof store.sharedPoolMembership === "function" ? store.sharedPoolMembership() : undefined;
+    const { store } = this.opts;
+    return sharesWaiting(store) ? store.sharedPoolMembership() : undefined;
   }
 
   get limits(): LeaseLimits {
@@ -185,11 +171,7 @@ export class LeaseService {
       principal !== null &&
       !this.access.allows(principal, "lease", req.resource.bucket, scopeOf(req.resource))
     ) {
-      await this.recordFor("LeaseAcquired", req.resource, caller, {
-        decision: "rejected",
-        reason: "AccessDenied",
-        owner: req.owner,
-      });
+      await this.refused("LeaseAcquired", req, caller, "AccessDenied");
       throw accessDenied(`may not lease ${describe(req.resource)}`);
     }
     return this.queue.acquire(req, caller);
@@ -208,13 +190,12 @@ export class LeaseService {
     const ttl = ttlMs ?? existing.ttlMs;
     this.checkTtl(ttl);
     try {
-      const event = this.event("LeaseRenewed", caller);
-      const lease = await this.opts.store.renew(leaseId, ttl, event.hook, event.context);
-      await event.recordIfNotYet(lease);
+      const lease = await this.opts.store.renew(leaseId, ttl, caller);
+      this.counted(eventsOf("LeaseRenewed", lease, caller));
       return this.info(lease);
     } catch (e) {
       if (e instanceof DomainError && e.code === "LeaseLost") {
-        await this.record("LeaseRenewed", existing, caller, { decision: "rejected", reason: "LeaseLost" });
+        await this.refused("LeaseRenewed", existing, caller, "LeaseLost");
       }
       throw e;
     }
@@ -229,10 +210,9 @@ export class LeaseService {
     if (!existing || existing.releasedAt !== undefined) throw notFound(leaseId);
     await this.checkOwns(existing, "LeaseReleased", caller);
     if (existing.endedAt !== undefined) return; // expired, and its expiry already recorded
-    const event = this.event("LeaseReleased", caller);
     let lease: LeaseRecord;
     try {
-      lease = await this.opts.store.release(leaseId, event.hook, event.context);
+      lease = await this.opts.store.release(leaseId, caller);
     } catch (e) {
       // Seen to expire between the read and the release (by the sweep, or a grant): done.
       const now =
@@ -240,7 +220,7 @@ export class LeaseService {
       if (now && now.releasedAt === undefined && now.endedAt !== undefined) return;
       throw e;
     }
-    await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
+    this.counted(eventsOf("LeaseReleased", lease, caller));
     // A shared queue's store may have told the waiters in the release's own step.
     this.queue.released(lease);
   }
@@ -259,19 +239,12 @@ export class LeaseService {
     if (!existing || existing.releasedAt !== undefined) throw notFound(leaseId);
     const { principal } = caller;
     if (principal !== null && !this.access.isAdmin(principal)) {
-      await this.record("LeaseBroken", existing, caller, { decision: "rejected", reason: "AccessDenied" });
+      await this.refused("LeaseBroken", existing, caller, "AccessDenied");
       throw accessDenied("is not an administrator: only administrators break leases");
     }
-    const store = this.opts.store;
-    if (!store.breakLease) {
-      throw new DomainError("NotImplemented", `the ${store.kind} lease store cannot break leases`);
-    }
-    const event = this.event("LeaseBroken", caller);
-    const { lease, fence } = await store.breakLease(leaseId, event.hook, event.context);
-    await event.recordIfNotYet(lease, lease.releasedAt === undefined ? "LeaseExpired" : undefined);
     // A lease that had expired unnoticed ended by expiry; the administrator's act is recorded too.
-    if (lease.releasedAt === undefined && !event.context) await this.record("LeaseBroken", lease, caller);
-    if (lease.releasedAt === undefined) this.opts.observe?.event("LeaseBroken", lease.token);
+    const { lease, fence } = await this.opts.store.breakLease(leaseId, caller);
+    this.counted(eventsOf("LeaseBroken", lease, caller));
     if (lease.key !== undefined) await this.opts.fenceObject(lease.bucket, lease.key, fence.token);
     await this.fenceIntents(fence.token, fence.intents);
     this.queue.ended([lease]);
@@ -295,9 +268,8 @@ export class LeaseService {
 
   /** Audits leases that ran out without being released (called periodically). */
   async sweepExpired(): Promise<number> {
-    const event = this.event("LeaseExpired", { principal: null, requestId: null });
-    const expired = await this.opts.store.collectExpired(event.hook, event.context);
-    for (const lease of expired) await event.recordIfNotYet(lease);
+    const expired = await this.opts.store.collectExpired();
+    this.counted(expiries(expired));
     this.queue.ended(expired);
     return expired.length;
   }
@@ -317,14 +289,14 @@ export class LeaseService {
 
   private async checkActsFor(lease: LeaseRecord, op: string, caller: Caller): Promise<void> {
     if (this.actsFor(lease, caller)) return;
-    await this.record(op, lease, caller, { decision: "rejected", reason: "AccessDenied" });
+    await this.refused(op, lease, caller, "AccessDenied");
     throw accessDenied(`lease ${lease.leaseId} belongs to another access key`);
   }
 
   /** Refuses (and records) a caller that is not the lease's owner or an administrator. */
   private async checkOwns(lease: LeaseRecord, op: string, caller: Caller): Promise<void> {
     if (this.owns(lease, caller)) return;
-    await this.record(op, lease, caller, { decision: "rejected", reason: "AccessDenied" });
+    await this.refused(op, lease, caller, "AccessDenied");
     const delegate = this.delegates.leaseOf(caller.principal) === lease.leaseId;
     throw accessDenied(
       delegate
@@ -340,100 +312,19 @@ export class LeaseService {
     }
   }
 
-  /**
-   * An accepted lease event: recorded inside the store's step when the audit log shares its
-   * domain (a hook), by the store's own step when it records lease events itself (a context: the
-   * Redis store with the audit log in the same Redis), otherwise right after the store returns.
-   */
-  private event(op: string, caller: Caller) {
-    const recorded = new Set<string>();
-    const appendInStep = this.joinsAudit ? this.opts.audit.appendInStep : undefined;
-    // An expiry seen by someone's call is nobody's doing: no principal, no request.
-    const callerOf = (side?: LeaseSideEvent): Caller =>
-      side ? { principal: null, requestId: null } : caller;
-    const hook: LeaseEventHook | undefined = appendInStep
-      ? (lease, side) => {
-          appendInStep(this.draft(side ?? op, lease, callerOf(side)));
-          recorded.add(`${side ?? op} ${lease.leaseId}`);
-        }
-      : undefined;
-    const context: LeaseEventContext | undefined = this.storeRecords
-      ? { op, principal: caller.principal, requestId: caller.requestId }
-      : undefined;
-    return {
-      hook,
-      context,
-      recordIfNotYet: async (lease: LeaseRecord, side?: LeaseSideEvent) => {
-        if (!context && !recorded.has(`${side ?? op} ${lease.leaseId}`)) {
-          await this.record(side ?? op, lease, callerOf(side));
-        }
-        const happened = side ?? op;
-        if (isLeaseEvent(happened)) this.opts.observe?.event(happened, lease.token);
-      },
-    };
+  /** Accepted lease events (the store recorded them): counted (metrics). */
+  private counted(events: readonly AcceptedEvent[]): void {
+    for (const e of events) this.opts.observe?.event(e.op, e.lease.token);
   }
 
-  private async record(
-    op: string,
-    lease: LeaseRecord,
-    caller: Caller,
-    outcome: Pick<AuditDraft, "decision" | "reason"> = { decision: "accepted", reason: null },
-  ): Promise<void> {
-    await this.opts.audit.append(this.draft(op, lease, caller, outcome));
-    if (outcome.decision === "rejected") this.opts.observe?.refused(op, outcome.reason);
-  }
-
-  private draft(
-    op: string,
-    lease: LeaseRecord,
-    caller: Caller,
-    outcome: Pick<AuditDraft, "decision" | "reason"> = { decision: "accepted", reason: null },
-  ): AuditDraft {
-    return {
-      op,
-      bucket: lease.bucket,
-      key: lease.key ?? null,
-      prefix: lease.prefix ?? null,
-      token: lease.token,
-      leaseId: lease.leaseId,
-      owner: lease.owner,
-      principal: caller.principal,
-      requestId: caller.requestId,
-      highestToken: null,
-      ...outcome,
-    };
-  }
-
-  private async recordFor(
-    op: string,
-    resource: LeaseResource,
-    caller: Caller,
-    outcome: Pick<AuditDraft, "decision" | "reason" | "owner">,
-  ): Promise<void> {
-    await this.opts.audit.append({
-      op,
-      bucket: resource.bucket,
-      key: resource.key ?? null,
-      prefix: resource.prefix ?? null,
-      token: null,
-      leaseId: null,
-      principal: caller.principal,
-      requestId: caller.requestId,
-      highestToken: null,
-      ...outcome,
-    });
-    if (outcome.decision === "rejected") this.opts.observe?.refused(op, outcome.reason);
+  /** Records a refused request (nothing changed) about a lease, or an acquire about its resource. */
+  private async refused(op: string, about: LeaseRecord | AcquireRequest, caller: Caller, reason: string) {
+    const subject =
+      "leaseId" in about ? about : { ...about.resource, owner: about.owner, token: null, leaseId: null };
+    await this.opts.audit.append({ ...leaseEventDraft(op, subject, caller), decision: "rejected", reason });
+    this.opts.observe?.refused(op, reason);
   }
 }
-
-const LEASE_EVENTS: ReadonlySet<string> = new Set<LeaseEvent>([
-  "LeaseAcquired",
-  "LeaseRenewed",
-  "LeaseReleased",
-  "LeaseExpired",
-  "LeaseBroken",
-]);
-const isLeaseEvent = (op: string): op is LeaseEvent => LEASE_EVENTS.has(op);
 
 function scopeOf(resource: { key?: string | undefined; prefix?: string | undefined }) {
   return resource.key !== undefined ? { key: resource.key } : { prefix: resource.prefix ?? "" };

@@ -79,25 +79,20 @@ export type AcquireResult =
   | { granted: false; fence: { token: number; intents: CommitIntentRef[] } };
 
 /**
- * Runs inside the store's atomic step for a lease event (grant, renewal, release, expiry report),
- * for stores that have a domain: the audit record of the event commits with it. Throwing aborts
- * the step. Stores without a domain never call it; the caller records afterwards.
+ * Who asked for a lease change (principal null: the gateway itself), recorded with the change's
+ * accepted events. An expiry a change reports is nobody's doing and carries neither.
  */
-export type LeaseEventHook = (lease: LeaseRecord, event?: LeaseSideEvent) => void;
+export type LeaseEventContext = { principal: string | null; requestId: string | null };
 
 /**
- * An event a step reports besides its own: a grant or a release that finds a lease expired and
- * unreported reports its expiry (called before the step's own event).
+ * What records a store's accepted lease events (the audit log), given to the store when it is
+ * built. The store records each event in its own atomic step when it can (the embedded store when
+ * the log shares its domain: `appendInStep`; the Redis store, in its scripts, when the log is in
+ * the same Redis: appendsInScript), otherwise with `append` right after the step. A record the
+ * log cannot take in the step undoes the change; after the step, the call fails (503) with the
+ * change made. Refused requests change nothing in the store and stay the caller's to record.
  */
-export type LeaseSideEvent = "LeaseExpired";
-
-/**
- * For a store that records lease events itself (`recordsEventsIn`): the event a call makes (its
- * op) and who asked (null for the gateway itself). The store builds each record as LeaseService
- * would: the lease's fields, this principal and request id, decision accepted; a side event
- * (LeaseExpired) is nobody's doing and carries neither principal nor request id.
- */
-export type LeaseEventContext = { op: string; principal: string | null; requestId: string | null };
+export type LeaseEvents = Pick<AuditLog, "append" | "domain" | "appendInStep">;
 
 /**
  * A delegate of a lease: a second access key (its id is `delegateId`) that may renew the lease
@@ -151,64 +146,42 @@ export interface LeaseStore {
   /**
    * One attempt, no waiting: grants when no active overlapping lease and no outstanding intent is
    * in the way. Overlapping leases that expired without being reported are reported in the same
-   * step (marked ended, listed in `expired`, hooked before the grant), so that a clock stepped
+   * step (marked ended, listed in `expired`, recorded before the grant), so that a clock stepped
    * back can never make them active beside the new lease, and their expiry is recorded first.
+   * Every change method records its accepted events (LeaseEvents) with `by` as who asked.
    */
-  tryAcquire(
-    input: AcquireInput,
-    inCommit?: LeaseEventHook,
-    events?: LeaseEventContext,
-  ): Promise<AcquireResult>;
+  tryAcquire(input: AcquireInput, by?: LeaseEventContext): Promise<AcquireResult>;
 
   /** The lease, active or not, as long as the store still remembers it. */
   get(leaseId: string): Promise<LeaseRecord | null>;
 
   /** Extends an active lease. Throws DomainError LeaseNotFound, or LeaseLost when expired/released/superseded. */
-  renew(
-    leaseId: string,
-    ttlMs: number,
-    inCommit?: LeaseEventHook,
-    events?: LeaseEventContext,
-  ): Promise<LeaseRecord>;
+  renew(leaseId: string, ttlMs: number, by?: LeaseEventContext): Promise<LeaseRecord>;
 
   /**
-   * Ends a lease. An active lease is released (`releasedAt` set, the hook called for the release).
-   * An expired lease whose expiry was not reported yet is not released: its expiry is reported
-   * instead (`endedAt` set, `releasedAt` absent, the hook called with "LeaseExpired"). Throws
-   * DomainError LeaseNotFound when unknown or already seen to end.
+   * Ends a lease. An active lease is released (`releasedAt` set, LeaseReleased recorded). An
+   * expired lease whose expiry was not reported yet is not released: its expiry is reported
+   * instead (`endedAt` set, `releasedAt` absent, LeaseExpired recorded). Throws DomainError
+   * LeaseNotFound when unknown or already seen to end.
    */
-  release(leaseId: string, inCommit?: LeaseEventHook, events?: LeaseEventContext): Promise<LeaseRecord>;
+  release(leaseId: string, by?: LeaseEventContext): Promise<LeaseRecord>;
 
   /**
    * Ends a lease on an administrator's word, whoever holds it, and hands back what the caller must
    * fence at once, in the same atomic step: a fresh token (never granted to anyone, above every
    * token the lease's holder could carry) and the commit intents recorded under the lease's
-   * resource. An active lease is released (hook called); one that had expired unnoticed has its
-   * expiry reported (hook called with "LeaseExpired"). Throws LeaseNotFound when unknown or
-   * already seen to end. (Optional while a store is being built; the contract suite requires it.)
+   * resource. An active lease is released; one that had expired unnoticed has its expiry reported
+   * (LeaseExpired recorded before LeaseBroken). Throws LeaseNotFound when unknown or already seen
+   * to end.
    */
-  breakLease?(leaseId: string, inCommit?: LeaseEventHook, events?: LeaseEventContext): Promise<BreakResult>;
+  breakLease(leaseId: string, by?: LeaseEventContext): Promise<BreakResult>;
 
-  /**
-   * Delegates (optional while a store is being built; the contract suite requires them). Kept
-   * while the lease is remembered; forgotten with it.
-   */
-  addDelegate?(delegate: DelegateRecord): Promise<void>;
+  /** Adds a delegate, kept while the lease is remembered; forgotten with it. */
+  addDelegate(delegate: DelegateRecord): Promise<void>;
   /** The delegates of one lease, or of every lease still remembered; in creation order. */
-  listDelegates?(leaseId?: string): Promise<DelegateRecord[]>;
+  listDelegates(leaseId?: string): Promise<DelegateRecord[]>;
   /** Removes a delegate; false when the lease has no such delegate. */
-  removeDelegate?(leaseId: string, delegateId: string): Promise<boolean>;
-
-  /**
-   * Whether the store writes the audit records of its own lease events into `audit`, in the same
-   * atomic step as the change (the Redis store, with the audit log in the same Redis under the
-   * same key prefix): a crash can then never leave a lease change without its record. When it
-   * answers true, the caller passes a LeaseEventContext (`events`) to tryAcquire, renew, release,
-   * breakLease and collectExpired, and appends none of the accepted events they report; a step
-   * whose records the log cannot take changes nothing (LeaseStoreUnavailable). Refused requests
-   * change nothing in the store and stay the caller's to record.
-   */
-  recordsEventsIn?(audit: AuditLog): boolean;
+  removeDelegate(leaseId: string, delegateId: string): Promise<boolean>;
 
   /** Active leases in a bucket (all buckets when omitted) whose resource starts with `prefix`. */
   list(filter: { bucket?: string; prefix?: string }): Promise<LeaseRecord[]>;
@@ -221,9 +194,9 @@ export interface LeaseStore {
 
   /**
    * Leases that have expired without being released and were not reported before; each is
-   * reported once (by one replica), so that a LeaseExpired event can be audited.
+   * reported once (by one replica), and its LeaseExpired event recorded.
    */
-  collectExpired(inCommit?: LeaseEventHook, events?: LeaseEventContext): Promise<LeaseRecord[]>;
+  collectExpired(): Promise<LeaseRecord[]>;
 
   /**
    * Checks the intent (a fenced write's lease is current and covers the object; no active lease

@@ -2,38 +2,26 @@ import type { Clock } from "../core/clock.js";
 import { DomainError } from "../core/errors.js";
 import { randomBase64url } from "../core/random.js";
 import type { LeaseObserver } from "../metrics/observe.js";
+import { type AcceptedEvent, eventsOf } from "./lease-events.js";
 import type { AcquireRequest, Caller, LeaseInfo } from "./lease-requests.js";
 import { overlaps, resourceOf } from "./lease-rules.js";
-import type {
-  CommitIntentRef,
-  LeaseEventContext,
-  LeaseEventHook,
-  LeaseRecord,
-  LeaseSideEvent,
-  LeaseStore,
-} from "./lease-store.js";
+import type { CommitIntentRef, LeaseRecord, LeaseStore } from "./lease-store.js";
 import {
   type DelegateNotice,
   type SharedWaitLine,
-  type SharesWaiting,
+  sharesWaiting,
   type Waiter,
   type WaitNotice,
   WaitQueue,
 } from "./wait-queue.js";
-
-/** One lease event of the service: what the store's step takes to record it, and the record after. */
-export type LeaseEventRecording = {
-  hook: LeaseEventHook | undefined;
-  context: LeaseEventContext | undefined;
-  recordIfNotYet(lease: LeaseRecord, side?: LeaseSideEvent): Promise<void>;
-};
 
 /** What the waiting queue asks of the lease service. */
 export type WaitingHost = {
   store: LeaseStore;
   clock: Clock;
   observe: LeaseObserver | undefined;
-  event(op: string, caller: Caller): LeaseEventRecording;
+  /** Accepted lease events (the store recorded them): counted. */
+  counted(events: readonly AcceptedEvent[]): void;
   fenceIntents(token: number, intents: readonly CommitIntentRef[]): Promise<void>;
   release(leaseId: string, caller: Caller): Promise<void>;
   info(lease: LeaseRecord): LeaseInfo;
@@ -93,9 +81,8 @@ export class LeaseWaiting {
 
   constructor(private readonly host: WaitingHost) {
     const { store } = host;
-    const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
-    this.shared = typeof sharing === "function" ? sharing.call(store) : undefined;
-    this.releaseWakes = (store as Partial<SharesWaiting>).releaseWakesWaiters === true;
+    this.shared = sharesWaiting(store) ? store.sharedWaitLine() : undefined;
+    this.releaseWakes = sharesWaiting(store) && store.releaseWakesWaiters === true;
   }
 
   /** Lease requests waiting in this gateway for a held resource (metrics). */
@@ -347,7 +334,6 @@ export class LeaseWaiting {
     try {
       for (;;) {
         w.wokenWhileTrying = [];
-        const event = this.host.event("LeaseAcquired", caller);
         const input = {
           resource: req.resource,
           ttlMs: req.ttlMs,
@@ -356,8 +342,8 @@ export class LeaseWaiting {
         };
         // In the shared queue, the grant's own step also checks that its ticket is first in line.
         const result = this.shared
-          ? await this.shared.tryAcquireAsHead(w.ticket, input, event.context)
-          : await this.host.store.tryAcquire(input, event.hook, event.context);
+          ? await this.shared.tryAcquireAsHead(w.ticket, input, caller)
+          : await this.host.store.tryAcquire(input, caller);
         if ("behind" in result) {
           if (wokenAgain(w)) continue;
           w.head = false;
@@ -374,9 +360,7 @@ export class LeaseWaiting {
             for (const x of this.queue.heads())
               if (x.heldBy === null && overlapping(x)) x.heldBy = result.lease;
           }
-          // Expiries this grant saw are recorded before it, in token order.
-          for (const lapsed of result.expired ?? []) await event.recordIfNotYet(lapsed, "LeaseExpired");
-          await event.recordIfNotYet(result.lease);
+          this.host.counted(eventsOf("LeaseAcquired", result.lease, caller, result.expired));
           if (w.aborted) {
             // Nobody is there to receive it: give it back at once, for the next waiter.
             await this.host.release(result.lease.leaseId, { principal: null, requestId: caller.requestId });

@@ -114,7 +114,7 @@ export interface SharedWaitLine {
    * One grant attempt (LeaseStore.tryAcquire), refused (`behind`) unless the ticket is first in
    * line, in the same atomic step; a grant removes the ticket.
    */
-  tryAcquireAsHead(ticket: string, input: AcquireInput, events?: LeaseEventContext): Promise<HeadAttempt>;
+  tryAcquireAsHead(ticket: string, input: AcquireInput, by?: LeaseEventContext): Promise<HeadAttempt>;
   /**
    * The waiter gave up or went away: its ticket leaves at once (unknown tickets are ignored, and
    * an enqueue of them still on its way queues nothing). When Redis cannot confirm it, it throws,
@@ -168,7 +168,7 @@ export interface PoolMembership {
 }
 
 /** What a lease store shared by several gateway replicas offers for waiting and pools. */
-export type SharesWaiting = {
+export interface SharesWaiting {
   sharedWaitLine(): SharedWaitLine;
   sharedPoolMembership(): PoolMembership;
   /**
@@ -176,4 +176,9 @@ export type SharesWaiting = {
    * atomic step as the release): the service does not call `ended` after a release.
    */
   readonly releaseWakesWaiters?: boolean;
-};
+}
+
+/** Whether the store offers a wait queue and pool membership shared by every replica. */
+export function sharesWaiting<S extends object>(store: S): store is S & SharesWaiting {
+  return typeof (store as { sharedWaitLine?: unknown }).sharedWaitLine === "function";
+}

@@ -71,8 +71,9 @@ export async function openComponents(config: Config, ctx: ComponentContext): Pro
     const backend = new RoutedBackend({ routes, fallback, fallbackStore, guardMeta: true, ...system });
     // fencegate's own uses of the store: token epochs, the audit archive (under .fencegate/audit/).
     const internal = new RoutedBackend({ routes, fallback, fallbackStore, ...system });
-    const leaseStore = await openLeaseStore(config, { db, backend: internal, ctx });
     const audit = await openAuditLog(config, { db, ctx, backend: internal });
+    // The lease store records its lease events in the audit log (in its own steps when it can).
+    const leaseStore = await openLeaseStore(config, { db, backend: internal, ctx, events: audit });
     return {
       backend,
       backends: named,

@@ -9,7 +9,7 @@ import { legacyObjectFloor, withFloors } from "../epochs/epoch-floors.js";
 import { grantsNeedEpochs } from "../epochs/grant-guard.js";
 import { createSystemEpochStore, type SystemEpochStore } from "../epochs/system-epoch-store.js";
 import { createEmbeddedLeaseStore } from "../leases/embedded/embedded-lease-store.js";
-import type { LeaseStore } from "../leases/lease-store.js";
+import type { LeaseEvents, LeaseStore } from "../leases/lease-store.js";
 import { createRedisLeaseStore } from "../leases/redis/redis-lease-store.js";
 import type { EpochStore } from "../leases/redis-shared/epoch-store.js";
 import { createFileEpochStore } from "../leases/redis-shared/file-epoch-store.js";
@@ -106,13 +106,13 @@ async function openSystemBucket(system: SystemEpochStore | undefined, log: Logge
  */
 export async function openLeaseStore(
   config: Config,
-  env: { db: EmbeddedDb; backend: StorageBackend; ctx: { clock: Clock; log: Logger } },
+  env: { db: EmbeddedDb; backend: StorageBackend; ctx: { clock: Clock; log: Logger }; events: LeaseEvents },
 ): Promise<LeaseStore> {
-  const { db, backend, ctx } = env;
+  const { db, backend, ctx, events } = env;
   const spec = config.leaseStore;
-  if (spec.type === "embedded") return createEmbeddedLeaseStore({ db, clock: ctx.clock });
+  if (spec.type === "embedded") return createEmbeddedLeaseStore({ db, clock: ctx.clock, events });
   const log = ctx.log.child({ component: "leases" });
-  if (spec.type === "redlock") return openRedlockLeaseStore(config, spec, { backend, ctx, log });
+  if (spec.type === "redlock") return openRedlockLeaseStore(config, spec, { backend, ctx, log, events });
   const { epochs, system } = openEpochs(config, spec, { backend, dirName: "redis-epochs" });
   await openSystemBucket(system, log);
   const store = createRedisLeaseStore({
@@ -123,6 +123,7 @@ export async function openLeaseStore(
     commandTimeoutMs: spec.commandTimeoutMs,
     quarantineMs: spec.quarantineAfterLoss ? config.leases.maxTtlMs : 0,
     log,
+    events,
   });
   if (!(await store.ready(START_WAIT_MS))) {
     log.warn(
@@ -149,9 +150,9 @@ type RedlockSpec = Extract<Config["leaseStore"], { type: "redlock" }>;
 async function openRedlockLeaseStore(
   config: Config,
   spec: RedlockSpec,
-  env: { backend: StorageBackend; ctx: { clock: Clock; log: Logger }; log: Logger },
+  env: { backend: StorageBackend; ctx: { clock: Clock; log: Logger }; log: Logger; events: LeaseEvents },
 ): Promise<LeaseStore> {
-  const { backend, ctx, log } = env;
+  const { backend, ctx, log, events } = env;
   const { epochs, system } = openEpochs(config, spec, { backend, dirName: "redlock-epochs" });
   await openSystemBucket(system, log);
   if (spec.urls.length < 3) {
@@ -165,6 +166,7 @@ async function openRedlockLeaseStore(
     epochs,
     clock: ctx.clock,
     quarantineMs: config.leases.maxTtlMs,
+    events,
     ...(spec.keyPrefix ? { keyPrefix: spec.keyPrefix } : {}),
     ...(spec.commandTimeoutMs ? { commandTimeoutMs: spec.commandTimeoutMs } : {}),
     log,

@@ -66,8 +66,8 @@ async function world(
     dir.cleanup();
   });
   const backend = await createFsBackend({ dataDir: dir.path, db: backendDb, clock });
-  const store = createEmbeddedLeaseStore({ db: leaseDb, clock });
   const audit = createEmbeddedAuditLog({ db: leaseDb, gatewayId: "gw", clock });
+  const store = createEmbeddedLeaseStore({ db: leaseDb, clock, events: audit });
   const keyring = makeKeyring([{ id: "k1", secret: Buffer.alloc(32, 7) }]);
   const leases = new LeaseService({
     store,

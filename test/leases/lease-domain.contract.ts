@@ -1,25 +1,16 @@
 /**
  * What a store with a domain promises (src/core/tx.ts): synchronous reads that agree with the
- * async ones, and lease events whose hook runs inside the store's step, so that a hook that
- * throws (an audit record that could not be written) takes the whole event back. A store without
- * a domain never calls the hook. Part of the lease-store contract.
+ * async ones, and lease events recorded inside the store's step when the audit log shares its
+ * domain, so that a record the log cannot take (it throws) takes the whole event back. A store
+ * without a domain records right after its step. Part of the lease-store contract.
  */
 import { describe, expect, it } from "vitest";
-import type { LeaseEventHook, LeaseRecord, LeaseStore } from "../../src/leases/lease-store.js";
+import type { LeaseRecord, LeaseStore } from "../../src/leases/lease-store.js";
 import { type LeaseStoreContext, TTL } from "./lease-store-context.js";
 
-const NO_DOMAIN = "the store has no domain: no synchronous reads, and it never calls a LeaseEventHook";
+const NO_DOMAIN = "the store has no domain: no synchronous reads, and no records inside its steps";
 
-/** A hook that remembers what it was called with, and throws when told to. */
-function recordingHook(throwAt = Number.POSITIVE_INFINITY) {
-  const seen: LeaseRecord[] = [];
-  const failure = new Error("the audit record could not be written");
-  const hook: LeaseEventHook = (lease) => {
-    seen.push(lease);
-    if (seen.length >= throwAt) throw failure;
-  };
-  return { hook, seen, failure };
-}
+const BY = { principal: "alice", requestId: "rq-1" };
 
 export function describeLeaseDomainContract(t: LeaseStoreContext): void {
   const domainOf = (store: LeaseStore) => store.domain!;
@@ -64,37 +55,65 @@ export function describeLeaseDomainContract(t: LeaseStoreContext): void {
       ]);
     });
 
-    it("calls the hook once per event with the event's lease, only when it has a domain", async () => {
-      const calls = recordingHook();
+    it("records each accepted event once, with its lease and who asked, in its step exactly when it has a domain", async () => {
       const granted = await t.store.tryAcquire(
         { resource: { bucket: "b", key: "k" }, ttlMs: 1_000, owner: "o" },
-        calls.hook,
+        BY,
       );
       const lease = granted.granted ? granted.lease : null;
-      await t.store.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: TTL, owner: "o" }, calls.hook);
-      const renewed = await t.store.renew(lease!.leaseId, 1_000, calls.hook);
+      await t.store.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: TTL, owner: "o" }, BY);
+      const renewed = await t.store.renew(lease!.leaseId, 1_000, BY);
       const other = await t.grant({ bucket: "b", key: "other" }, 1_000);
-      const released = await t.store.release(other.leaseId, calls.hook);
+      const released = await t.store.release(other.leaseId, BY);
       t.clock.advance(1_000);
-      const expired = await t.store.collectExpired(calls.hook);
+      const expired = await t.store.collectExpired();
       const reported = { ...renewed, endedAt: renewed.expiresAt };
       expect(expired).toEqual([reported]);
-      expect(calls.seen).toEqual(t.store.domain ? [lease, renewed, released, reported] : []);
+      const inStep = t.store.domain !== undefined;
+      const row = (op: string, l: LeaseRecord, by: typeof BY | null) => [
+        op,
+        l.leaseId,
+        l.token,
+        by?.principal ?? null,
+        by?.requestId ?? null,
+        inStep,
+      ];
+      expect(
+        t.events.records.map((r) => [r.op, r.leaseId, r.token, r.principal, r.requestId, r.inStep]),
+      ).toEqual([
+        row("LeaseAcquired", lease!, BY),
+        row("LeaseRenewed", renewed, BY),
+        row("LeaseAcquired", other, null),
+        row("LeaseReleased", released, BY),
+        row("LeaseExpired", reported, null),
+      ]);
     });
 
-    describe("a hook that throws changes nothing", () => {
+    describe("a record the log cannot take changes nothing", () => {
+      /** The next `n`th record fails, and every one after it, until `heal`. */
+      const failFrom = (n: number) => {
+        t.events.failAt = t.events.records.length + n;
+        return t.events.records.length;
+      };
+      const heal = () => {
+        t.events.failAt = Number.POSITIVE_INFINITY;
+      };
+
       it("on a grant", async (ctx) => {
         ctx.skip(!t.store.domain, NO_DOMAIN);
         const held = await t.grant({ bucket: "b", key: "held" });
         const before = await t.store.list({});
-        const calls = recordingHook(1);
-        const attempt = t.store.tryAcquire(
-          { resource: { bucket: "b", prefix: "p/" }, ttlMs: TTL, owner: "o" },
-          calls.hook,
-        );
-        await expect(attempt).rejects.toBe(calls.failure);
-        expect(calls.seen).toHaveLength(1);
-        expect(await t.store.get(calls.seen[0]!.leaseId)).toBeNull();
+        const from = failFrom(1);
+        const attempt = t.store.tryAcquire({
+          resource: { bucket: "b", prefix: "p/" },
+          ttlMs: TTL,
+          owner: "o",
+        });
+        await expect(attempt).rejects.toBe(t.events.failure);
+        heal();
+        const tried = t.events.records.slice(from);
+        expect(tried.map((r) => r.op)).toEqual(["LeaseAcquired"]);
+        expect(await t.store.get(tried[0]!.leaseId!)).toBeNull();
         expect(await t.store.list({})).toEqual(before);
         expect(await t.store.findActiveCovering("b", "p/x")).toBeNull();
         expect(await t.store.findNewerOverlapping(held)).toBeNull();
@@ -106,8 +125,9 @@ export function describeLeaseDomainContract(t: LeaseStoreContext): void {
         ctx.skip(!t.store.domain, NO_DOMAIN);
         const lease = await t.grant({ bucket: "b", key: "k" }, 1_000);
         t.clock.advance(500);
-        const calls = recordingHook(1);
-        await expect(t.store.renew(lease.leaseId, 5_000, calls.hook)).rejects.toBe(calls.failure);
+        failFrom(1);
+        await expect(t.store.renew(lease.leaseId, 5_000)).rejects.toBe(t.events.failure);
+        heal();
         expect(await t.store.get(lease.leaseId)).toEqual(lease);
         t.clock.advance(500);
         expect(await t.store.findActiveCovering("b", "k")).toBeNull();
@@ -117,9 +137,12 @@ export function describeLeaseDomainContract(t: LeaseStoreContext): void {
       it("on a release", async (ctx) => {
         ctx.skip(!t.store.domain, NO_DOMAIN);
         const lease = await t.grant({ bucket: "b", prefix: "p/" });
-        const calls = recordingHook(1);
-        await expect(t.store.release(lease.leaseId, calls.hook)).rejects.toBe(calls.failure);
-        expect(calls.seen[0]?.releasedAt).toBe(t.clock());
+        const from = failFrom(1);
+        await expect(t.store.release(lease.leaseId)).rejects.toBe(t.events.failure);
+        heal();
+        expect(t.events.records.slice(from).map((r) => [r.op, r.leaseId])).toEqual([
+          ["LeaseReleased", lease.leaseId],
+        ]);
         expect(await t.store.get(lease.leaseId)).toEqual(lease);
         expect(await t.store.findActiveCovering("b", "p/x")).toEqual(lease);
         expect(await t.store.list({})).toEqual([lease]);
@@ -131,10 +154,14 @@ export function describeLeaseDomainContract(t: LeaseStoreContext): void {
         const a = await t.grant({ bucket: "b", key: "a" }, 1_000);
         const b = await t.grant({ bucket: "b", key: "b" }, 1_000);
         t.clock.advance(1_000);
-        const calls = recordingHook(2);
-        await expect(t.store.collectExpired(calls.hook)).rejects.toBe(calls.failure);
+        const from = failFrom(2);
+        await expect(t.store.collectExpired()).rejects.toBe(t.events.failure);
+        heal();
+        expect(t.events.records.slice(from).map((r) => [r.op, r.leaseId])).toEqual([
+          ["LeaseExpired", a.leaseId],
+          ["LeaseExpired", b.leaseId],
+        ]);
         const ended = (l: LeaseRecord) => ({ ...l, endedAt: l.expiresAt });
-        expect(calls.seen).toEqual([ended(a), ended(b)]);
         expect(await t.store.collectExpired()).toEqual([ended(a), ended(b)]);
         expect(await t.store.collectExpired()).toEqual([]);
       });

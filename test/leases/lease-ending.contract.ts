@@ -6,7 +6,7 @@
  * lease-store contract.
  */
 import { describe, expect, it } from "vitest";
-import type { LeaseEventHook, LeaseRecord, LeaseResource } from "../../src/leases/lease-store.js";
+import type { LeaseRecord, LeaseResource } from "../../src/leases/lease-store.js";
 import { expectDomainError, type LeaseStoreContext, TTL } from "./lease-store-context.js";
 
 export function describeLeaseEndingContract(t: LeaseStoreContext): void {
@@ -92,38 +92,34 @@ export function describeLeaseEndingContract(t: LeaseStoreContext): void {
       const c = await t.grant({ bucket: "b", key: "p/2" }, 1_000);
       const elsewhere = await t.grant({ bucket: "b", key: "q" }, 1_000);
       t.clock.advance(1_000);
-      const seen: Array<[string, string]> = [];
-      const hook: LeaseEventHook = (lease, side) => {
-        seen.push([side ?? "own", lease.leaseId]);
-      };
-      const result = await t.store.tryAcquire(
-        { resource: { bucket: "b", prefix: "p/" }, ttlMs: TTL, owner: "o" },
-        hook,
-      );
+      const from = t.events.records.length;
+      const result = await t.store.tryAcquire({
+        resource: { bucket: "b", prefix: "p/" },
+        ttlMs: TTL,
+        owner: "o",
+      });
       if (!result.granted) throw new Error(`expected a grant: ${JSON.stringify(result)}`);
       const ended = (l: LeaseRecord) => ({ ...l, endedAt: l.expiresAt });
       expect(result.expired).toEqual([ended(a), ended(c)]);
-      if (t.store.domain) {
-        expect(seen).toEqual([
-          ["LeaseExpired", a.leaseId],
-          ["LeaseExpired", c.leaseId],
-          ["own", result.lease.leaseId],
-        ]);
-      } else expect(seen).toEqual([]);
+      expect(t.events.records.slice(from).map((r) => [r.op, r.leaseId])).toEqual([
+        ["LeaseExpired", a.leaseId],
+        ["LeaseExpired", c.leaseId],
+        ["LeaseAcquired", result.lease.leaseId],
+      ]);
       // Reported once: the sweep reports only the lease the grant did not overlap.
       expect((await t.store.collectExpired()).map((l) => l.leaseId)).toEqual([elsewhere.leaseId]);
     });
 
-    it("a release after expiry is reported to the hook as the expiry", async () => {
+    it("a release after expiry is recorded as the expiry, nobody's doing", async () => {
       const lease = await t.grant({ bucket: "b", key: "k" }, 1_000);
       t.clock.advance(1_001);
-      const seen: Array<string | undefined> = [];
-      const ended = await t.store.release(lease.leaseId, (_l, side) => {
-        seen.push(side);
-      });
+      const from = t.events.records.length;
+      const ended = await t.store.release(lease.leaseId, { principal: "alice", requestId: "rq-1" });
       expect(ended.releasedAt).toBeUndefined();
       expect(ended.endedAt).toBe(lease.expiresAt);
-      expect(seen).toEqual(t.store.domain ? ["LeaseExpired"] : []);
+      expect(t.events.records.slice(from).map((r) => [r.op, r.leaseId, r.principal])).toEqual([
+        ["LeaseExpired", lease.leaseId, null],
+      ]);
     });
   });
 
@@ -147,29 +143,29 @@ export function describeLeaseEndingContract(t: LeaseStoreContext): void {
         key: "q",
       });
       t.clock.advance(10);
-      const seen: LeaseRecord[] = [];
-      const broken = await t.store.breakLease!(held.leaseId, (lease) => {
-        seen.push(lease);
-      });
+      const from = t.events.records.length;
+      const broken = await t.store.breakLease(held.leaseId, { principal: "admin", requestId: "rq-1" });
       expect(broken.lease).toMatchObject({ leaseId: held.leaseId, releasedAt: t.clock() });
       expect(broken.fence.token).toBeGreaterThan(other.token);
       expect(broken.fence.intents).toEqual([{ intentId: intent.intentId, bucket: "b", key: "p/x" }]);
-      expect(seen).toEqual(t.store.domain ? [broken.lease] : []);
+      expect(t.events.records.slice(from).map((r) => [r.op, r.leaseId, r.principal])).toEqual([
+        ["LeaseBroken", held.leaseId, "admin"],
+      ]);
       // Ended: no renewal, no new commit, and the resource is free once the intents are fenced.
       await expectDomainError(t.store.renew(held.leaseId, 1_000), "LeaseLost");
       await expectDomainError(t.store.beginCommit(write), "LeaseExpired");
       await t.store.clearIntents([intent.intentId]);
       const next = await t.grant({ bucket: "b", key: "p/x" });
       expect(next.token).toBeGreaterThan(broken.fence.token);
-      await expectDomainError(t.store.breakLease!(held.leaseId), "LeaseNotFound");
-      await expectDomainError(t.store.breakLease!("no-such-lease"), "LeaseNotFound");
+      await expectDomainError(t.store.breakLease(held.leaseId), "LeaseNotFound");
+      await expectDomainError(t.store.breakLease("no-such-lease"), "LeaseNotFound");
     });
 
     it("remembers that the lease was broken, not released: its renewal and its writes say so", async () => {
       const broken = await t.grant({ bucket: "b", key: "k" });
       const released = await t.grant({ bucket: "b", key: "r" });
       t.clock.advance(10);
-      const result = await t.store.breakLease!(broken.leaseId);
+      const result = await t.store.breakLease(broken.leaseId);
       expect(result.lease.brokenAt).toBe(t.clock());
       expect(result.lease.releasedAt).toBe(t.clock());
       expect((await t.store.get(broken.leaseId))?.brokenAt).toBe(t.clock());
@@ -212,7 +208,7 @@ export function describeLeaseEndingContract(t: LeaseStoreContext): void {
     it("reports the expiry of a lease that had expired unnoticed, and still fences", async () => {
       const lease = await t.grant({ bucket: "b", key: "k" }, 1_000);
       t.clock.advance(1_000);
-      const broken = await t.store.breakLease!(lease.leaseId);
+      const broken = await t.store.breakLease(lease.leaseId);
       expect(broken.lease).toEqual({ ...lease, endedAt: lease.expiresAt });
       expect(broken.fence.token).toBeGreaterThan(lease.token);
       expect(await t.store.collectExpired()).toEqual([]);

@@ -14,11 +14,14 @@ import { systemClock } from "../../src/core/clock.js";
 import { DomainError } from "../../src/core/errors.js";
 import { covers, groupOf, parseGroupKey } from "../../src/leases/lease-rules.js";
 import { type Caller, type LeaseInfo, LeaseService } from "../../src/leases/lease-service.js";
-import type { LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
+import type { LeaseEvents, LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
 import { Pools } from "../../src/leases/pools.js";
-import type { SharedWaitLine, SharesWaiting } from "../../src/leases/wait-queue.js";
+import { type SharedWaitLine, type SharesWaiting, sharesWaiting } from "../../src/leases/wait-queue.js";
 
-export type ServiceStoreFactory = () => Promise<{ store: LeaseStore; cleanup: () => Promise<void> }>;
+/** Builds the store under test, recording its lease events in `events`. */
+export type ServiceStoreFactory = (
+  events: LeaseEvents,
+) => Promise<{ store: LeaseStore; cleanup: () => Promise<void> }>;
 
 const CALLER: Caller = { principal: null, requestId: null };
 const LIMITS = { minTtlMs: 1, maxTtlMs: 3_600_000, maxWaitMs: 60_000 };
@@ -47,33 +50,32 @@ export function describeLeaseServiceContract(name: string, factory: ServiceStore
     let gate: Promise<void> | null;
 
     beforeEach(async () => {
-      ({ store, cleanup } = await factory());
+      audit = createEmbeddedAuditLog({ gatewayId: "test" });
+      ({ store, cleanup } = await factory(audit));
       attempts = 0;
       gate = null;
       // Counts the store's grant attempts: how many waiters each event woke.
       const counting: LeaseStore = Object.create(store);
-      counting.tryAcquire = async (input, hook, events) => {
+      counting.tryAcquire = async (input, by) => {
         attempts++;
-        const result = await store.tryAcquire(input, hook, events);
+        const result = await store.tryAcquire(input, by);
         if (gate) await gate;
         return result;
       };
       // A store shared by replicas grants a waiter through its shared queue: counted alike.
-      const sharing = (store as Partial<SharesWaiting>).sharedWaitLine;
-      if (typeof sharing === "function") {
-        const line = sharing.call(store);
+      if (sharesWaiting(store)) {
+        const line = store.sharedWaitLine();
         const countingLine: SharedWaitLine = {
           ...line,
-          tryAcquireAsHead: async (ticket, input, events) => {
+          tryAcquireAsHead: async (ticket, input, by) => {
             attempts++;
-            const result = await line.tryAcquireAsHead(ticket, input, events);
+            const result = await line.tryAcquireAsHead(ticket, input, by);
             if (gate) await gate;
             return result;
           },
         };
         (counting as LeaseStore & SharesWaiting).sharedWaitLine = () => countingLine;
       }
-      audit = createEmbeddedAuditLog({ gatewayId: "test" });
       service = new LeaseService({
         store: counting,
         audit,

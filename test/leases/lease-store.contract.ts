@@ -6,7 +6,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { fakeClock } from "../../src/core/clock.js";
 import { overlaps } from "../../src/leases/lease-rules.js";
-import type { LeaseRecord, LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
+import type { LeaseEvents, LeaseRecord, LeaseResource, LeaseStore } from "../../src/leases/lease-store.js";
 import { describeCommitIntentContract } from "./commit-intents.contract.js";
 import { describeLeaseDomainContract } from "./lease-domain.contract.js";
 import { describeLeaseEndingContract } from "./lease-ending.contract.js";
@@ -16,6 +16,8 @@ import {
   type FakeClock,
   grantedLease,
   type LeaseStoreContext,
+  type RecordingEvents,
+  recordingEvents,
   TTL,
 } from "./lease-store-context.js";
 
@@ -29,7 +31,8 @@ export type LeaseStoreHarness = {
   cleanup: () => Promise<void>;
 };
 
-export type LeaseStoreFactory = (clock: FakeClock) => Promise<LeaseStoreHarness>;
+/** Builds the store under test on `clock`, recording its lease events in `events`. */
+export type LeaseStoreFactory = (clock: FakeClock, events: LeaseEvents) => Promise<LeaseStoreHarness>;
 
 const NO_RESTART = "the store keeps no state across a restart (its harness has no reopen)";
 
@@ -38,10 +41,12 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
     let clock: FakeClock;
     let harness: LeaseStoreHarness;
     let store: LeaseStore;
+    let events: RecordingEvents;
 
     beforeEach(async () => {
       clock = fakeClock();
-      harness = await factory(clock);
+      events = recordingEvents(() => store?.domain);
+      harness = await factory(clock, events);
       store = harness.store;
     });
 
@@ -59,6 +64,9 @@ export function describeLeaseStoreContract(name: string, factory: LeaseStoreFact
       },
       get clock() {
         return clock;
+      },
+      get events() {
+        return events;
       },
       grant,
     };

@@ -131,7 +131,6 @@ describe("lease events and their records", () => {
       dir.cleanup();
     });
     const clock = fakeClock();
-    const store = createEmbeddedLeaseStore({ db, clock });
     const log = createEmbeddedAuditLog({ db, gatewayId: "gw-test", clock });
     let failRecording = true;
     const audit = {
@@ -141,6 +140,7 @@ describe("lease events and their records", () => {
         return log.appendInStep(draft);
       },
     };
+    const store = createEmbeddedLeaseStore({ db, clock, events: audit });
     const leases = new LeaseService({
       store,
       audit,

@@ -86,18 +86,19 @@ describe("replicas on one Redis: a commit paused between its lease check and its
     for (let i = 0; i < 3; i++) {
       const id = `gw-${lane}-${i}`;
       const backend = createS3Backend(backendOptions(inner.url));
-      const store = createRedisLeaseStore({
-        url: redis.url,
-        keyPrefix,
-        epochs: createSystemEpochStore({ records: backend.systemRecords(`${SYSTEM}-${lane}`) }),
-        clock,
-      });
       const audit = await createRedisAuditLog({
         redis: openRedis(redis.url),
         ownsConnection: true,
         keyPrefix,
         gatewayId: id,
         clock,
+      });
+      const store = createRedisLeaseStore({
+        url: redis.url,
+        keyPrefix,
+        epochs: createSystemEpochStore({ records: backend.systemRecords(`${SYSTEM}-${lane}`) }),
+        clock,
+        events: audit,
       });
       const replica: Replica = {
         id,

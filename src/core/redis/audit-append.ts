@@ -64,6 +64,16 @@ export type InScriptAppends = {
   restore(): Promise<void>;
 };
 
+/** An audit log in Redis whose records a lease store's scripts can append (InScriptAppends). */
+export interface AppendsInScript {
+  readonly inScript: InScriptAppends;
+}
+
+/** Whether the audit log lets scripts on its Redis append its records. */
+export function appendsInScript<L extends object>(log: L): log is L & AppendsInScript {
+  return typeof (log as { inScript?: unknown }).inScript === "object";
+}
+
 /**
  * The Redis server and database a connection reaches, as a string: two connections with the
  * same one write the same keys.

@@ -4,6 +4,7 @@ import { DomainError } from "../../core/errors.js";
 import { prefixUpperBound } from "../../core/prefix-range.js";
 import { closeEmbeddedDb, type EmbeddedDb, embeddedDomain } from "../../sqlite/db.js";
 import { Database } from "../../sqlite/sqlite.js";
+import { type AcceptedEvent, eventsOf, expiries, leaseEventDraft, recordAfter } from "../lease-events.js";
 import { judgeIntent, leaseNotFound, lostByRelease, newLeaseId, resourceOf } from "../lease-rules.js";
 import type {
   AcquireInput,
@@ -12,7 +13,7 @@ import type {
   CommitIntentRef,
   DelegateRecord,
   IntentInput,
-  LeaseEventHook,
+  LeaseEvents,
   LeaseReads,
   LeaseRecord,
   LeaseResource,
@@ -35,6 +36,11 @@ export type EmbeddedLeaseStoreOptions = {
   retainMs?: number;
   /** Minimum interval between retention sweeps, run opportunistically. Default 1 min. */
   sweepEveryMs?: number;
+  /**
+   * Records the store's lease events: inside each change's step when it shares the store's
+   * domain (the embedded audit log on the same database), right after it otherwise.
+   */
+  events?: LeaseEvents;
 };
 
 export type EmbeddedLeaseStore = LeaseStore & {
@@ -57,6 +63,7 @@ export function createEmbeddedLeaseStore({
   clock = systemClock,
   retainMs = DAY_MS,
   sweepEveryMs = 60_000,
+  events,
 }: EmbeddedLeaseStoreOptions = {}): EmbeddedLeaseStore {
   const db = given ?? new Database(":memory:");
   migrateLeaseTables(db);
@@ -155,24 +162,23 @@ export function createEmbeddedLeaseStore({
    * Reports the overlapping leases that expired unnoticed: marked ended for good, so that a
    * clock stepped back cannot make them active beside the lease about to be granted.
    */
-  const reportLapsed = (resource: LeaseResource, now: number, inCommit?: LeaseEventHook): LeaseRecord[] => {
+  const reportLapsed = (resource: LeaseResource, now: number): LeaseRecord[] => {
     const reported: LeaseRecord[] = [];
     for (let row = firstOverlapping(resource, { kind: "lapsed", now }); row; ) {
       reported.push(toLeaseRecord(reportOne.get(row.lease_id)!));
       row = firstOverlapping(resource, { kind: "lapsed", now });
     }
-    reported.sort((a, b) => a.token - b.token);
-    if (inCommit) for (const lease of reported) inCommit(lease, "LeaseExpired");
-    return reported;
+    return reported.sort((a, b) => a.token - b.token);
   };
 
-  const acquire = (input: AcquireInput, now: number, inCommit?: LeaseEventHook): AcquireResult => {
+  const acquire = (input: AcquireInput, now: number): AcquireResult => {
+    maybeSweep(now);
     const held = findActiveOverlapping(input.resource, now);
     if (held) return { granted: false, heldBy: toLeaseRecord(held) };
     const intents = intentsUnder(input.resource);
     // Commits in flight under ended leases are fenced before anyone is granted the resource.
     if (intents.length > 0) return { granted: false, fence: { token: nextToken.get()!.value, intents } };
-    const expired = reportLapsed(input.resource, now, inCommit);
+    const expired = reportLapsed(input.resource, now);
     const { value: token } = nextToken.get()!;
     const lease: LeaseRecord = {
       leaseId: newLeaseId(),
@@ -190,11 +196,10 @@ export function createEmbeddedLeaseStore({
       prefix: lease.prefix ?? null,
       principal: lease.principal ?? null,
     });
-    inCommit?.(lease);
     return { granted: true, lease, expired };
   };
 
-  const renewTx = (leaseId: string, ttlMs: number, now: number, inCommit?: LeaseEventHook): LeaseRecord => {
+  const renewTx = (leaseId: string, ttlMs: number, now: number): LeaseRecord => {
     const row = byId.get(leaseId);
     if (!row) throw leaseNotFound(leaseId);
     if (row.released_at !== null) throw lostByRelease(leaseId, row.broken_at !== null);
@@ -210,46 +215,49 @@ export function createEmbeddedLeaseStore({
     }
     const expiresAt = now + ttlMs;
     extend.run({ id: leaseId, expiresAt, ttlMs });
-    const lease = toLeaseRecord({ ...row, expires_at: expiresAt, ttl_ms: ttlMs });
-    inCommit?.(lease);
-    return lease;
+    return toLeaseRecord({ ...row, expires_at: expiresAt, ttl_ms: ttlMs });
   };
 
-  const releaseTx = (
-    leaseId: string,
-    now: number,
-    inCommit?: LeaseEventHook,
-    broken = false,
-  ): LeaseRecord => {
+  const releaseTx = (leaseId: string, now: number, broken = false): LeaseRecord => {
     const row = byId.get(leaseId);
     if (!row || row.ended_at !== null) throw leaseNotFound(leaseId);
     if (!isActiveRow(row, now)) {
       // Released after it had expired: the lease ended by expiry, and that is what is reported.
-      const lease = toLeaseRecord(reportOne.get(leaseId)!);
-      inCommit?.(lease, "LeaseExpired");
-      return lease;
+      return toLeaseRecord(reportOne.get(leaseId)!);
     }
     markReleased.run({ id: leaseId, now, brokenAt: broken ? now : null });
-    const lease = toLeaseRecord(byId.get(leaseId)!);
-    inCommit?.(lease);
-    return lease;
+    return toLeaseRecord(byId.get(leaseId)!);
   };
 
-  const breakTx = (leaseId: string, now: number, inCommit?: LeaseEventHook): BreakResult => {
-    const lease = releaseTx(leaseId, now, inCommit, true);
+  const breakTx = (leaseId: string, now: number): BreakResult => {
+    const lease = releaseTx(leaseId, now, true);
     const token = nextToken.get()!.value;
     return { lease, fence: { token, intents: intentsUnder(resourceOf(lease)) } };
   };
 
-  const collectTx = (now: number, inCommit?: LeaseEventHook): LeaseRecord[] => {
-    const reported = reportExpired
-      .all({ now })
-      .sort((a, b) => a.token - b.token)
-      .map(toLeaseRecord);
-    // Marked reported and audited in one step: an expiry is never reported without its record.
-    if (inCommit) for (const lease of reported) inCommit(lease);
-    return reported;
+  const collectTx = (now: number): LeaseRecord[] => {
+    const reported = reportExpired.all({ now }).sort((a, b) => a.token - b.token);
+    maybeSweep(now);
+    return reported.map(toLeaseRecord);
   };
+
+  /**
+   * Runs a change as one step with the records of its accepted events: inside the step when the
+   * audit log shares the store's domain (a record it cannot take undoes the change, and a crash
+   * never leaves a change without its record), right after it otherwise.
+   */
+  async function change<T>(step: () => T, eventsOfResult: (result: T) => AcceptedEvent[]): Promise<T> {
+    const inStep = events?.domain === domain ? events.appendInStep : undefined;
+    let after: AcceptedEvent[] = [];
+    const result = await domain.run(() => {
+      const result = step();
+      after = eventsOfResult(result);
+      if (inStep) for (const e of after.splice(0)) inStep(leaseEventDraft(e.op, e.lease, e.by));
+      return result;
+    });
+    await recordAfter(events, after);
+    return result;
+  }
 
   const sweepTx = createRetentionSweep(db, retainMs, firstOverlapping);
 
@@ -302,13 +310,13 @@ export function createEmbeddedLeaseStore({
     domain,
     inDomain: reads,
 
-    async tryAcquire(input, inCommit) {
+    async tryAcquire(input, by) {
       const now = open();
       validateAcquire(input);
-      return domain.run(() => {
-        maybeSweep(now);
-        return acquire(input, now, inCommit);
-      });
+      return change(
+        () => acquire(input, now),
+        (r) => (r.granted ? eventsOf("LeaseAcquired", r.lease, by, r.expired) : []),
+      );
     },
 
     async get(leaseId) {
@@ -317,20 +325,29 @@ export function createEmbeddedLeaseStore({
       return row ? toLeaseRecord(row) : null;
     },
 
-    async renew(leaseId, ttlMs, inCommit) {
+    async renew(leaseId, ttlMs, by) {
       const now = open();
       validateTtl(ttlMs);
-      return domain.run(() => renewTx(leaseId, ttlMs, now, inCommit));
+      return change(
+        () => renewTx(leaseId, ttlMs, now),
+        (l) => eventsOf("LeaseRenewed", l, by),
+      );
     },
 
-    async release(leaseId, inCommit) {
+    async release(leaseId, by) {
       const now = open();
-      return domain.run(() => releaseTx(leaseId, now, inCommit));
+      return change(
+        () => releaseTx(leaseId, now),
+        (l) => eventsOf("LeaseReleased", l, by),
+      );
     },
 
-    async breakLease(leaseId, inCommit) {
+    async breakLease(leaseId, by) {
       const now = open();
-      return domain.run(() => breakTx(leaseId, now, inCommit));
+      return change(
+        () => breakTx(leaseId, now),
+        (r) => eventsOf("LeaseBroken", r.lease, by),
+      );
     },
 
     async addDelegate(delegate) {
@@ -370,13 +387,9 @@ export function createEmbeddedLeaseStore({
       return reads.findNewerOverlapping(lease);
     },
 
-    async collectExpired(inCommit) {
+    async collectExpired() {
       const now = open();
-      return domain.run(() => {
-        const reported = collectTx(now, inCommit);
-        maybeSweep(now);
-        return reported;
-      });
+      return change(() => collectTx(now), expiries);
     },
 
     async beginCommit(intent) {

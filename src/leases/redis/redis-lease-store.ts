@@ -1,23 +1,25 @@
 import { randomBytes } from "node:crypto";
 import { EventEmitter } from "node:events";
 import type { Redis } from "ioredis";
-import type { AuditLog } from "../../audit/audit-log.js";
 import type { Clock } from "../../core/clock.js";
 import { DomainError } from "../../core/errors.js";
 import type { Logger } from "../../core/log.js";
 import { LuaScript } from "../../core/lua-source.js";
 import {
+  appendsInScript,
   DEFAULT_REDIS_KEY_PREFIX,
   type InScriptAppends,
   redisServerOf,
 } from "../../core/redis/audit-append.js";
 import { eventWithin, openFailClosedRedis, redactUrl, warnOnErrors } from "../../core/redis-connection.js";
+import type { LeaseEvent } from "../../metrics/observe.js";
+import { eventsOf, expiries, recordAfter } from "../lease-events.js";
 import { leaseNotFound, lostByExpiry, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
   CommitIntent,
-  DelegateRecord,
   LeaseEventContext,
+  LeaseEvents,
   LeaseStore,
 } from "../lease-store.js";
 import { validateAcquire, validateTtl } from "../lease-validation.js";
@@ -75,14 +77,19 @@ export type RedisLeaseStoreOptions = {
    * for this long (the gateway died). Default 10 s.
    */
   waitTicketTtlMs?: number;
+  /**
+   * Records the store's lease events: in the store's own scripts, in the same step as the change,
+   * when it is the audit log in this Redis under the same key prefix (appendsInScript); right
+   * after each script otherwise.
+   */
+  events?: LeaseEvents;
 };
 
 export type RedisLeaseStore = LeaseStore & {
-  addDelegate(delegate: DelegateRecord): Promise<void>;
-  listDelegates(leaseId?: string): Promise<DelegateRecord[]>;
-  removeDelegate(leaseId: string, delegateId: string): Promise<boolean>;
   /** The connection, for the start-up settings check and tests. */
   readonly redis: Redis;
+  /** Whether its scripts append the records of its lease events (the audit log in this Redis). */
+  readonly recordsInScript: boolean;
   /** Stops every operation with LeaseStoreUnavailable and this reason (unsafe settings), or resumes (null). */
   refuse(reason: string | null): void;
   /** Forgets ended leases older than retainMs now; returns how many. Runs by itself too. */
@@ -112,6 +119,15 @@ const SCRIPTS = {
   breakLease: new LuaScript("break", BREAK),
   installEpoch: new LuaScript("install-epoch", INSTALL_EPOCH),
   beginCommit: new LuaScript("begin-commit", BEGIN_COMMIT),
+};
+
+/** Where each lease event's script answers its last seq, and which of its answers made the event. */
+const EVENT_REPLIES: Record<LeaseEvent, { seqAt: number; made: (status: unknown) => boolean }> = {
+  LeaseAcquired: { seqAt: 3, made: (status) => status === "granted" },
+  LeaseRenewed: { seqAt: 2, made: (status) => status === "ok" },
+  LeaseReleased: { seqAt: 2, made: (status) => status !== "notfound" },
+  LeaseBroken: { seqAt: 4, made: (status) => status !== "notfound" },
+  LeaseExpired: { seqAt: 2, made: () => true },
 };
 
 /**
@@ -196,8 +212,7 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       redis,
       keyPrefix: P,
       run,
-      runAcquire: (script, args, events) =>
-        runEvents(runWithFloor, script, args, events, (r) => (r[0] === "granted" ? r[3] : 0)),
+      runAcquire,
       ticketTtlMs: opts.waitTicketTtlMs ?? 10_000,
       ...(opts.log ? { log: opts.log } : {}),
     }));
@@ -271,44 +286,55 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     throw unavailable("could not install a new token epoch");
   }
 
-  // The audit log this store appends its lease events to, in its own scripts (recordsEventsIn).
-  let sink: InScriptAppends | undefined;
+  /**
+   * The audit log this store appends its lease events to in its own scripts: the same Redis server
+   * and database, and the same key prefix (the log's keys are the ones the scripts reach, in one
+   * cluster slot with the lease keys: the same hash tag).
+   */
+  const sink: InScriptAppends | undefined =
+    opts.events &&
+    appendsInScript(opts.events) &&
+    opts.events.inScript.keyPrefix === P &&
+    opts.events.inScript.server === redisServerOf(redis)
+      ? opts.events.inScript
+      : undefined;
 
-  /** The event context of a call (EVENT_ARGS in lua/prelude.ts); none: the caller records. */
-  function eventArgs(events: LeaseEventContext | undefined): string[] {
-    if (!events) return [];
-    if (!sink)
-      throw new Error("lease events passed to a Redis lease store that records none (recordsEventsIn)");
-    const opt = (v: string | null) => (v === null ? "-" : `=${v}`);
-    const args = [
-      sink.gatewayId,
-      String(sink.now()),
-      events.op,
-      opt(events.principal),
-      opt(events.requestId),
-    ];
+  /** The event context of a call (EVENT_ARGS in lua/prelude.ts); none when the log is elsewhere. */
+  function eventArgs(op: LeaseEvent, by: LeaseEventContext | null): string[] {
+    if (!sink) return [];
+    const opt = (v: string | null | undefined) => (v === null || v === undefined ? "-" : `=${v}`);
+    const args = [sink.gatewayId, String(sink.now()), op, opt(by?.principal), opt(by?.requestId)];
     if (args.length !== EVENT_ARGS) throw new Error("event context arguments out of step with the scripts");
     return args;
   }
 
   /**
-   * Runs a script that makes lease events, with their event context when the caller passed one:
-   * the script appends the records itself, or changes nothing while the audit log's counter is
-   * gone (Redis lost its data): the log restores it, and the script runs once more.
-   * `seqAt` is where the answer carries the last seq appended.
+   * Runs a script that makes lease events (op `op`, asked by `by`). With the audit log in this
+   * Redis, the script appends their records itself, or changes nothing while the log's counter is
+   * gone (Redis lost its data): the log restores it, and the script runs once more. Otherwise the
+   * events its answer reports (EVENT_REPLIES) are recorded right after it.
    */
   async function runEvents(
     runner: (script: LuaScript, args: readonly (string | number)[]) => Promise<unknown>,
     script: LuaScript,
     args: readonly (string | number)[],
-    events: LeaseEventContext | undefined,
-    seqAt: (reply: unknown[]) => unknown,
+    op: LeaseEvent,
+    by?: LeaseEventContext,
   ): Promise<unknown[]> {
+    const { seqAt, made } = EVENT_REPLIES[op];
     for (let attempt = 0; ; attempt++) {
-      const reply = (await runner(script, [...args, ...eventArgs(events)])) as unknown[];
+      const reply = (await runner(script, [...args, ...eventArgs(op, by ?? null)])) as unknown[];
       if (reply[0] !== "auditlost") {
-        const seq = Number(seqAt(reply) ?? 0);
-        if (events && seq > 0) sink?.appended(seq);
+        if (!made(reply[0])) return reply;
+        const seq = Number(reply[seqAt] ?? 0);
+        if (sink && seq > 0) sink.appended(seq);
+        if (sink) return reply;
+        const lapsed = decodeLeases(
+          op === "LeaseAcquired" ? reply[2] : op === "LeaseExpired" ? reply[1] : [],
+        );
+        const events =
+          op === "LeaseExpired" ? expiries(lapsed) : eventsOf(op, decodeLease(reply[1])!, by, lapsed);
+        await recordAfter(opts.events, events);
         return reply;
       }
       if (attempt > 0 || !sink) {
@@ -322,6 +348,10 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
     }
   }
 
+  /** Runs an acquire script (here or the shared queue's): a grant records its events. */
+  const runAcquire = (script: LuaScript, args: readonly (string | number)[], by?: LeaseEventContext) =>
+    runEvents(runWithFloor, script, args, "LeaseAcquired", by);
+
   async function maybeSweep(): Promise<void> {
     const now = Date.now();
     if (now - lastSweepAt < sweepEveryMs && now >= lastSweepAt) return;
@@ -332,23 +362,12 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
   return {
     kind: "redis",
     redis,
+    recordsInScript: sink !== undefined,
 
-    recordsEventsIn(audit: AuditLog) {
-      const target = (audit as Partial<{ inScript: InScriptAppends }>).inScript;
-      // The same Redis server and database, and the same key prefix: the log's keys are the ones
-      // the scripts reach (in one cluster slot with the lease keys: the same hash tag).
-      if (audit.kind !== "redis" || !target || target.keyPrefix !== P) return false;
-      if (target.server !== redisServerOf(redis)) return false;
-      sink = target;
-      return true;
-    },
-
-    async tryAcquire(input, _hook, events): Promise<AcquireResult> {
+    async tryAcquire(input, by): Promise<AcquireResult> {
       validateAcquire(input);
       const args = acquireArgs(input, newLeaseId());
-      const reply = await runEvents(runWithFloor, SCRIPTS.acquire, args, events, (r) =>
-        r[0] === "granted" ? r[3] : 0,
-      );
+      const reply = await runAcquire(SCRIPTS.acquire, args, by);
       if (reply[0] === "granted") {
         return { granted: true, lease: decodeLease(reply[1])!, expired: decodeLeases(reply[2]) };
       }
@@ -360,11 +379,9 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       return decodeLease(await run(SCRIPTS.get, [leaseId]));
     },
 
-    async renew(leaseId, ttlMs, _hook, events) {
+    async renew(leaseId, ttlMs, by) {
       validateTtl(ttlMs);
-      const reply = await runEvents(run, SCRIPTS.renew, [leaseId, ttlMs], events, (r) =>
-        r[0] === "ok" ? r[2] : 0,
-      );
+      const reply = await runEvents(run, SCRIPTS.renew, [leaseId, ttlMs], "LeaseRenewed", by);
       const [status, value] = reply as [string, unknown];
       if (status === "ok") return decodeLease(value)!;
       if (status === "notfound") throw leaseNotFound(leaseId);
@@ -372,15 +389,15 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       throw lostByExpiry(leaseId, Number(value));
     },
 
-    async release(leaseId, _hook, events) {
-      const reply = await runEvents(run, SCRIPTS.release, [leaseId], events, (r) => r[2]);
+    async release(leaseId, by) {
+      const reply = await runEvents(run, SCRIPTS.release, [leaseId], "LeaseReleased", by);
       const [status, value] = reply as [string, unknown];
       if (status === "notfound") throw leaseNotFound(leaseId);
       return decodeLease(value)!;
     },
 
-    async breakLease(leaseId, _hook, events) {
-      const reply = await runEvents(runWithFloor, SCRIPTS.breakLease, [leaseId], events, (r) => r[4]);
+    async breakLease(leaseId, by) {
+      const reply = await runEvents(runWithFloor, SCRIPTS.breakLease, [leaseId], "LeaseBroken", by);
       if (reply[0] === "notfound") throw leaseNotFound(leaseId);
       return {
         lease: decodeLease(reply[1])!,
@@ -415,14 +432,8 @@ export function createRedisLeaseStore(opts: RedisLeaseStoreOptions): RedisLeaseS
       return decodeLease(await run(SCRIPTS.findNewer, [kind, lease.bucket, s, lease.token]));
     },
 
-    async collectExpired(_hook, events) {
-      const reply = await runEvents(
-        run,
-        SCRIPTS.collectExpired,
-        [DEFAULTS.collectLimit],
-        events,
-        (r) => r[2],
-      );
+    async collectExpired() {
+      const reply = await runEvents(run, SCRIPTS.collectExpired, [DEFAULTS.collectLimit], "LeaseExpired");
       const expired = decodeLeases(reply[1]);
       await maybeSweep();
       return expired;

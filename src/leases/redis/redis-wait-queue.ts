@@ -45,12 +45,12 @@ export type RedisWaitingDeps = {
   run(script: LuaScript, args: readonly (string | number)[]): Promise<unknown>;
   /**
    * How the store runs its acquire script (token floor, epoch, quarantine, and the lease events'
-   * audit records in the same step when `events` is given).
+   * records of the grant's lease events, asked by `by`).
    */
   runAcquire(
     script: LuaScript,
     args: readonly (string | number)[],
-    events: LeaseEventContext | undefined,
+    by: LeaseEventContext | undefined,
   ): Promise<unknown[]>;
   ticketTtlMs: number;
   log?: Logger;
@@ -165,7 +165,7 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
     ticketTtlMs,
     enqueue,
 
-    async tryAcquireAsHead(ticket, input, events): Promise<HeadAttempt> {
+    async tryAcquireAsHead(ticket, input, by): Promise<HeadAttempt> {
       validateAcquire(input);
       // A left ticket still in front of it would make it `behind`; the background retry's
       // wake-up would come later. Best effort: `behind` is safe, and the retry goes on.
@@ -174,7 +174,7 @@ export function createRedisWaiting(deps: RedisWaitingDeps): { line: SharedWaitLi
       for (let attempt = 0; attempt < 3; attempt++) {
         const script = withTicketKey(SCRIPTS.acquireAsHead, `${deps.keyPrefix}:wt:${ticket}`);
         const args = [kind, bucket, s, input.owner, input.ttlMs, newLeaseId(), input.principal ?? ""];
-        const reply = await runAcquire(script, args, events);
+        const reply = await runAcquire(script, args, by);
         switch (reply[0]) {
           case "granted":
             return { granted: true, lease: decodeLease(reply[1])!, expired: decodeLeases(reply[2]) };

@@ -1,12 +1,15 @@
 import { randomBytes } from "node:crypto";
 import { LuaScript } from "../../core/lua-source.js";
+import type { LeaseEvent } from "../../metrics/observe.js";
+import { eventsOf, expiries, recordAfter } from "../lease-events.js";
 import { leaseNotFound, lostByExpiry, lostByRelease, newLeaseId } from "../lease-rules.js";
 import type {
   AcquireResult,
-  BreakResult,
   CommitIntent,
   CommitIntentRef,
   DelegateRecord,
+  LeaseEventContext,
+  LeaseEvents,
   LeaseRecord,
   LeaseStore,
 } from "../lease-store.js";
@@ -29,6 +32,8 @@ import { ACQUIRE_AT, BEGIN_COMMIT_AT, BREAK_AT, DISCARD, RESTORE } from "./lua/r
 import { createQuorum, type Instance, merge, type Quorum, type QuorumOptions, tally } from "./quorum.js";
 
 export type RedlockLeaseStoreOptions = QuorumOptions & {
+  /** Records the store's lease events, right after each change has reached its majority. */
+  events?: LeaseEvents;
   /** Minimum interval between retention sweeps (run from collectExpired). Default 1 min. */
   sweepEveryMs?: number;
   /**
@@ -41,10 +46,6 @@ export type RedlockLeaseStoreOptions = QuorumOptions & {
 };
 
 export type RedlockLeaseStore = LeaseStore & {
-  addDelegate(delegate: DelegateRecord): Promise<void>;
-  listDelegates(leaseId?: string): Promise<DelegateRecord[]>;
-  removeDelegate(leaseId: string, delegateId: string): Promise<boolean>;
-  breakLease(leaseId: string): Promise<BreakResult>;
   /** Resolves true once a majority is connected with known floors, false after `timeoutMs`. */
   ready(timeoutMs: number): Promise<boolean>;
   /**
@@ -207,12 +208,23 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
   }
   let lastSweepAt = Number.NEGATIVE_INFINITY;
 
+  /** Records a change's accepted events (after its majority), and answers its lease. */
+  async function recorded(
+    op: LeaseEvent,
+    lease: LeaseRecord,
+    by: LeaseEventContext | undefined,
+    expired?: LeaseRecord[],
+  ): Promise<LeaseRecord> {
+    await recordAfter(opts.events, eventsOf(op, lease, by, expired));
+    return lease;
+  }
+
   const store: RedlockLeaseStore = {
     kind: "redlock",
 
-    async tryAcquire(input) {
+    async tryAcquire(input, by) {
       validateAcquire(input);
-      return await serialized(async () => {
+      const result = await serialized(async (): Promise<AcquireResult> => {
         let lastHeld: LeaseRecord | undefined;
         let why = "";
         for (let attempt = 0; attempt < maxAttempts; attempt++) {
@@ -226,6 +238,8 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         if (lastHeld) return { granted: false, heldBy: lastHeld };
         throw unavailable(`no majority agreed after ${maxAttempts} attempts: ${why}`);
       });
+      if (result.granted) await recorded("LeaseAcquired", result.lease, by, result.expired);
+      return result;
     },
 
     async get(leaseId) {
@@ -235,7 +249,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       return found.length > 0 ? merge(found) : null;
     },
 
-    async renew(leaseId, ttlMs) {
+    async renew(leaseId, ttlMs, who) {
       validateTtl(ttlMs);
       const startedAt = clock();
       const answers = await onAll(S.renew, [leaseId, ttlMs]);
@@ -257,7 +271,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
             missing.map((a) => a.inst),
           ).catch(() => undefined);
         }
-        return lease;
+        return recorded("LeaseRenewed", lease, who);
       }
       if (by("notfound").length >= Q) throw leaseNotFound(leaseId);
       const broken = by("broken").length;
@@ -272,7 +286,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       throw unavailable(`the renewal did not reach a majority in time: ${explain(answers)}`);
     },
 
-    async release(leaseId) {
+    async release(leaseId, by) {
       const answers = await onAll(S.release, [leaseId]);
       const ok = counted(answers);
       const ended = ok.filter((a) => ["released", "expired"].includes(String((a.reply as unknown[])[0])));
@@ -280,14 +294,14 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       if (ended.length > 0 && ended.length + notfound.length >= Q) {
         const released = ended.filter((a) => (a.reply as unknown[])[0] === "released");
         const pick = released.length * 2 >= ended.length ? released : ended;
-        return merge(pick.map((a) => decodeLease((a.reply as unknown[])[1])!));
+        return recorded("LeaseReleased", merge(pick.map((a) => decodeLease((a.reply as unknown[])[1])!)), by);
       }
       if (notfound.length >= Q) throw leaseNotFound(leaseId);
       throw unavailable(explain(answers));
     },
 
-    breakLease(leaseId) {
-      return serialized(async () => {
+    async breakLease(leaseId, by) {
+      const broke = await serialized(async () => {
         // Ended wherever an attempt broke it; the fence token must be taken by a majority in one
         // attempt (broken or notfound answers both took it).
         const broken: LeaseRecord[] = [];
@@ -317,6 +331,8 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
         }
         throw unavailable(`no majority agreed after ${maxAttempts} attempts: ${why}`);
       });
+      await recorded("LeaseBroken", broke.lease, by);
+      return broke;
     },
 
     async addDelegate(d) {
@@ -383,6 +399,7 @@ export function createRedlockLeaseStore(opts: RedlockLeaseStoreOptions): Redlock
       const reported = tally(ok.map((a) => leasesOf(a.reply)))
         .filter((v) => v.votes >= Q)
         .map((v) => v.lease);
+      await recordAfter(opts.events, expiries(reported));
       await maybeSweep().catch(() => undefined);
       return reported;
     },

@@ -16,17 +16,17 @@ import { describeLeaseStoreContract, type FakeClock } from "../lease-store.contr
 
 const HOUR = 60 * 60 * 1000;
 
-describeLeaseStoreContract("embedded (SQLite)", async (clock) => {
+describeLeaseStoreContract("embedded (SQLite)", async (clock, events) => {
   const dataDir = await mkdtemp(join(tmpdir(), "fencegate-leases-"));
   let db = openEmbeddedDb({ dataDir });
-  let store = createEmbeddedLeaseStore({ db, clock });
+  let store = createEmbeddedLeaseStore({ db, clock, events });
   return {
     store,
     async reopen() {
       await store.close();
       db.close(); // the exclusive lock must go before the file can be opened again
       db = openEmbeddedDb({ dataDir });
-      store = createEmbeddedLeaseStore({ db, clock });
+      store = createEmbeddedLeaseStore({ db, clock, events });
       return store;
     },
     async cleanup() {
@@ -217,10 +217,10 @@ describe("embedded lease store: a database made before broken_at existed", () =>
   });
 });
 
-describeLeaseServiceContract("the embedded store", async () => {
+describeLeaseServiceContract("the embedded store", async (events) => {
   const dataDir = await mkdtemp(join(tmpdir(), "fencegate-lease-service-"));
   const db = openEmbeddedDb({ dataDir });
-  const store = createEmbeddedLeaseStore({ db });
+  const store = createEmbeddedLeaseStore({ db, events });
   return {
     store,
     async cleanup() {

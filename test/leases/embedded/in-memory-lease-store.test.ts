@@ -5,11 +5,12 @@ import {
   createEmbeddedLeaseStore,
   type EmbeddedLeaseStore,
 } from "../../../src/leases/embedded/embedded-lease-store.js";
-import type { LeaseRecord, LeaseResource } from "../../../src/leases/lease-store.js";
+import type { LeaseEvents, LeaseRecord, LeaseResource } from "../../../src/leases/lease-store.js";
 import { type EmbeddedDomain, embeddedDomain } from "../../../src/sqlite/db.js";
 import { Database } from "../../../src/sqlite/sqlite.js";
 import { describeLeaseServiceContract } from "../lease-service.contract.js";
 import { describeLeaseStoreContract, expectDomainError, type FakeClock } from "../lease-store.contract.js";
+import { grantedLease, recordingEvents } from "../lease-store-context.js";
 
 /**
  * The embedded lease store on an in-memory SQLite database (`:memory:`), the lease store of tests
@@ -19,14 +20,14 @@ import { describeLeaseStoreContract, expectDomainError, type FakeClock } from ".
 
 const HOUR = 60 * 60 * 1000;
 
-describeLeaseStoreContract("embedded (in-memory SQLite)", async (clock) => {
-  const store = createEmbeddedLeaseStore({ clock });
+describeLeaseStoreContract("embedded (in-memory SQLite)", async (clock, events) => {
+  const store = createEmbeddedLeaseStore({ clock, events });
   return { store, cleanup: () => store.close() };
 });
 
-describeLeaseServiceContract("the embedded store on an in-memory SQLite database", async () => {
+describeLeaseServiceContract("the embedded store on an in-memory SQLite database", async (events) => {
   const db = new Database(":memory:");
-  const store = createEmbeddedLeaseStore({ db });
+  const store = createEmbeddedLeaseStore({ db, events });
   return {
     store,
     async cleanup() {
@@ -100,51 +101,45 @@ describe("embedded lease store in memory", () => {
     await expectDomainError(grant("k"), "ServiceUnavailable");
   });
 
-  it("takes back the retention sweep of a step whose hook throws", async () => {
-    const lease = await grant("old");
-    await store.release(lease.leaseId);
+  it("takes back the retention sweep of a step whose audit record fails", async () => {
+    const events = recordingEvents(() => recording.domain);
+    const recording = createEmbeddedLeaseStore({ clock, retainMs: HOUR, events });
+    const first = await recording.tryAcquire({
+      resource: { bucket: "b", key: "old" },
+      ttlMs: 1_000,
+      owner: "o",
+    });
+    const lease = grantedLease(first, "old");
+    await recording.release(lease.leaseId);
     clock.advance(2 * HOUR);
-    const failure = new Error("audit down");
-    const attempt = store.tryAcquire(
-      { resource: { bucket: "b", key: "k" }, ttlMs: 1_000, owner: "o" },
-      () => {
-        throw failure;
-      },
-    );
-    await expect(attempt).rejects.toBe(failure);
-    expect(await store.get(lease.leaseId)).toMatchObject({ leaseId: lease.leaseId });
-    expect(store.sweep()).toBe(1);
+    events.failAt = events.records.length + 1;
+    const attempt = recording.tryAcquire({ resource: { bucket: "b", key: "k" }, ttlMs: 1_000, owner: "o" });
+    await expect(attempt).rejects.toBe(events.failure);
+    expect(await recording.get(lease.leaseId)).toMatchObject({ leaseId: lease.leaseId });
+    expect(recording.sweep()).toBe(1);
+    await recording.close();
   });
 
   it("commits a lease event and its audit record together on a shared database", async () => {
     const db = new Database(":memory:");
-    const shared = createEmbeddedLeaseStore({ clock, db });
     const audit = createEmbeddedAuditLog({ gatewayId: "gw", clock, db });
+    let failAfterRecord = false;
+    // The log itself, but something after its record of a release fails (within the step).
+    const events: LeaseEvents = {
+      ...audit,
+      appendInStep: (draft) => {
+        const record = audit.appendInStep(draft);
+        if (failAfterRecord) throw new Error("something after the audit record failed");
+        return record;
+      },
+    };
+    const shared = createEmbeddedLeaseStore({ clock, db, events });
     expect(audit.domain).toBe(shared.domain);
-    const record = (op: string) => (lease: LeaseRecord) => {
-      audit.appendInStep({
-        op,
-        bucket: lease.bucket,
-        key: lease.key ?? null,
-        prefix: lease.prefix ?? null,
-        token: lease.token,
-        leaseId: lease.leaseId,
-        owner: lease.owner,
-        principal: null,
-        decision: "accepted",
-        reason: null,
-        highestToken: null,
-        requestId: null,
-      });
-    };
     const input = { resource: { bucket: "b", key: "k" }, ttlMs: 1_000, owner: "o" };
-    const result = await shared.tryAcquire(input, record("LeaseAcquired"));
+    const result = await shared.tryAcquire(input);
     const lease = result.granted ? result.lease : null;
-    const failing = (lease: LeaseRecord) => {
-      record("LeaseReleased")(lease);
-      throw new Error("something after the audit record failed");
-    };
-    await expect(shared.release(lease!.leaseId, failing)).rejects.toThrow(/after the audit record/);
+    failAfterRecord = true;
+    await expect(shared.release(lease!.leaseId)).rejects.toThrow(/after the audit record/);
 
     const { records } = await audit.query({ limit: 10 });
     expect(records.map((r) => [r.op, r.leaseId])).toEqual([["LeaseAcquired", lease!.leaseId]]);

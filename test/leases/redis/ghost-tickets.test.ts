@@ -46,16 +46,17 @@ async function replicas(n: number): Promise<Replica[]> {
   const prefix = `{ghost${++deployments}}`;
   const out: Replica[] = [];
   for (let i = 0; i < n; i++) {
+    const audit = createEmbeddedAuditLog({ gatewayId: `gw${i}` });
+    closers.push(() => audit.close());
     const store = createRedisLeaseStore({
       url: i === 0 ? proxy.url : shared.server.url,
       keyPrefix: prefix,
       epochs: createFileEpochStore(`${shared.epochDir}/${prefix}`),
       waitTicketTtlMs: TICKET_TTL_MS,
+      events: audit,
     });
     closers.push(() => store.close());
     if (!(await store.ready(5_000))) throw new Error("no connection to Redis");
-    const audit = createEmbeddedAuditLog({ gatewayId: `gw${i}` });
-    closers.push(() => audit.close());
     const service = new LeaseService({
       store,
       audit,

@@ -19,7 +19,6 @@ import { fakeClock, systemClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
 import { createLogger } from "../../../src/core/log.js";
 import { type Caller, LeaseService } from "../../../src/leases/lease-service.js";
-import type { LeaseStore } from "../../../src/leases/lease-store.js";
 import { createRedisLeaseStore, type RedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
 import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import { openComponents } from "../../../src/server/components.js";
@@ -60,8 +59,8 @@ let prefixes = 0;
 /**
  * A lease store and an audit log on this file's redis-server, under a key prefix of their own
  * (the audit log's under `auditPrefix` when given), one fake clock for both, and a LeaseService
- * over them. `legacy`: the store is offered without its recordsEventsIn capability, so the
- * service appends every record right after the script, as before.
+ * over them (the log given as `audit` makes of it, when given). `legacy`: the store is given the
+ * log without its in-script appends, so it appends every record right after the script, as before.
  */
 async function open(
   o: { legacy?: boolean; auditPrefix?: string; audit?: (log: RedisAuditLog) => AuditLog } = {},
@@ -75,25 +74,22 @@ async function open(
     gatewayId: "gw-1",
     clock,
   });
+  const log = o.audit ? o.audit(audit) : audit;
   const store = createRedisLeaseStore({
     url: server.url,
     keyPrefix: prefix,
     epochs: createFileEpochStore(`${epochDir.path}/${prefix}`),
     clock,
+    events: o.legacy ? { append: (draft) => log.append(draft) } : log,
   });
   closers.push(
     () => store.close(),
     () => audit.close(),
   );
   if (!(await store.ready(10_000))) throw new Error(`no connection to ${server.url}`);
-  let offered: LeaseStore = store;
-  if (o.legacy) {
-    offered = Object.create(store) as LeaseStore;
-    offered.recordsEventsIn = undefined;
-  }
   const service = new LeaseService({
-    store: offered,
-    audit: o.audit ? o.audit(audit) : audit,
+    store,
+    audit: log,
     clock,
     limits: LIMITS,
     fenceObject: async () => {},
@@ -174,7 +170,8 @@ describe("lease events recorded in the lease scripts (one Redis, one key prefix)
   }, async () => {
     const before = await open({ legacy: true });
     const now = await open();
-    expect(now.store.recordsEventsIn!(now.audit)).toBe(true);
+    expect(before.store.recordsInScript).toBe(false);
+    expect(now.store.recordsInScript).toBe(true);
     await everyLeaseEvent(before);
     await everyLeaseEvent(now);
     const expected = normalized(await allAuditRecords(before.audit));
@@ -224,7 +221,7 @@ describe("lease events recorded in the lease scripts (one Redis, one key prefix)
           log: createLogger("silent"),
         });
         try {
-          expect(c.leaseStore.recordsEventsIn?.(c.audit)).toBe(expected);
+          expect((c.leaseStore as RedisLeaseStore).recordsInScript).toBe(expected);
         } finally {
           await c.close();
         }
@@ -238,7 +235,7 @@ describe("lease events recorded in the lease scripts (one Redis, one key prefix)
     timeout: 20_000,
   }, async () => {
     const s = await open({ auditPrefix: "{elsewhere}" });
-    expect(s.store.recordsEventsIn!(s.audit)).toBe(false);
+    expect(s.store.recordsInScript).toBe(false);
     const lease = await s.service.acquire(
       { resource: { bucket: "b", key: "k" }, ttlMs: 1_000, waitMs: 0, owner: "o" },
       caller("alice", "rq-1"),

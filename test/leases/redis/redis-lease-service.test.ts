@@ -9,7 +9,7 @@ import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-aud
 import { systemClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
 import { LeaseService } from "../../../src/leases/lease-service.js";
-import type { LeaseStore } from "../../../src/leases/lease-store.js";
+import type { LeaseEvents, LeaseStore } from "../../../src/leases/lease-store.js";
 import { createRedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
 import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import type { SharedWaitLine, SharesWaiting } from "../../../src/leases/wait-queue.js";
@@ -21,19 +21,20 @@ const shared = useRedisForFile();
 let harnesses = 0;
 
 /** A store with a key prefix of its own: tests share nothing but the server. */
-async function redisStore(name: string) {
+async function redisStore(name: string, events?: LeaseEvents) {
   const prefix = `{${name}${++harnesses}}`;
   const store = createRedisLeaseStore({
     url: shared.server.url,
     keyPrefix: prefix,
     epochs: createFileEpochStore(`${shared.epochDir}/${prefix}`),
+    ...(events ? { events } : {}),
   });
   if (!(await store.ready(5_000))) throw new Error(`no connection to ${shared.server.url}`);
   return store;
 }
 
-describeLeaseServiceContract("the Redis store", async () => {
-  const store = await redisStore("svc");
+describeLeaseServiceContract("the Redis store", async (events) => {
+  const store = await redisStore("svc", events);
   return { store, cleanup: () => store.close() };
 });
 

@@ -1,5 +1,6 @@
 import { beforeEach, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
+import type { LeaseEvents } from "../../../src/leases/lease-store.js";
 import { createRedisLeaseStore, type RedisLeaseStore } from "../../../src/leases/redis/redis-lease-store.js";
 import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import { useRedisForFile } from "../../support/redis.js";
@@ -12,7 +13,7 @@ let harnesses = 0;
 async function open(
   clock: FakeClock,
   prefix: string,
-  extra: { retainMs?: number } = {},
+  extra: { retainMs?: number; events?: LeaseEvents } = {},
 ): Promise<RedisLeaseStore> {
   const store = createRedisLeaseStore({
     url: shared.server.url,
@@ -25,14 +26,14 @@ async function open(
   return store;
 }
 
-describeLeaseStoreContract("redis (one server)", async (clock) => {
+describeLeaseStoreContract("redis (one server)", async (clock, events) => {
   const prefix = `{t${++harnesses}}`;
-  let store = await open(clock, prefix);
+  let store = await open(clock, prefix, { events });
   return {
     store,
     async reopen() {
       await store.close();
-      store = await open(clock, prefix);
+      store = await open(clock, prefix, { events });
       return store;
     },
     cleanup: () => store.close(),

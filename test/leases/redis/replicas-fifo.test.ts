@@ -38,10 +38,13 @@ async function replicas(n: number, opts: { waitTicketTtlMs?: number } = {}): Pro
   const prefix = `{fifo${++deployments}}`;
   const out: Replica[] = [];
   for (let i = 0; i < n; i++) {
+    const audit = createEmbeddedAuditLog({ gatewayId: `gw${i}` });
+    closers.push(() => audit.close());
     const store = createRedisLeaseStore({
       url: shared.server.url,
       keyPrefix: prefix,
       epochs: createFileEpochStore(`${shared.epochDir}/${prefix}`),
+      events: audit,
       ...opts,
     });
     closers.push(() => store.close());
@@ -49,21 +52,19 @@ async function replicas(n: number, opts: { waitTicketTtlMs?: number } = {}): Pro
     // Grant attempts of this replica, through the store or through the shared queue.
     let attempts = 0;
     const counting: LeaseStore & SharesWaiting = Object.create(store);
-    counting.tryAcquire = (input, hook, events) => {
+    counting.tryAcquire = (input, by) => {
       attempts++;
-      return store.tryAcquire(input, hook, events);
+      return store.tryAcquire(input, by);
     };
     const line = store.sharedWaitLine();
     const countingLine: SharedWaitLine = {
       ...line,
-      tryAcquireAsHead: (ticket, input, events) => {
+      tryAcquireAsHead: (ticket, input, by) => {
         attempts++;
-        return line.tryAcquireAsHead(ticket, input, events);
+        return line.tryAcquireAsHead(ticket, input, by);
       },
     };
     counting.sharedWaitLine = () => countingLine;
-    const audit = createEmbeddedAuditLog({ gatewayId: `gw${i}` });
-    closers.push(() => audit.close());
     const service = new LeaseService({
       store: counting,
       audit,

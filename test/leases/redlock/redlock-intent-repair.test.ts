@@ -18,7 +18,12 @@ import { DomainError } from "../../../src/core/errors.js";
 import { makeKeyring, signFencingToken } from "../../../src/fence/tokens.js";
 import { WriteFencer } from "../../../src/fence/write-fencer.js";
 import { type LeaseInfo, LeaseService } from "../../../src/leases/lease-service.js";
-import type { AcquireResult, CommitIntentRef, LeaseRecord } from "../../../src/leases/lease-store.js";
+import type {
+  AcquireResult,
+  CommitIntentRef,
+  LeaseEvents,
+  LeaseRecord,
+} from "../../../src/leases/lease-store.js";
 import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import {
   createRedlockLeaseStore,
@@ -62,7 +67,7 @@ type Quorum = {
   reconnect(i: number): Promise<void>;
 };
 
-async function quorum(opts: { commandTimeoutMs?: number } = {}): Promise<Quorum> {
+async function quorum(opts: { commandTimeoutMs?: number; events?: LeaseEvents } = {}): Promise<Quorum> {
   const redis = await Promise.all([startRedis(), startRedis(), startRedis()]);
   // restart() hands the directory to the new handle: stop whatever runs at the end.
   cleanups.push(() => Promise.all(redis.map((r) => r.stop().catch(() => undefined))).then(() => undefined));
@@ -84,6 +89,7 @@ async function quorum(opts: { commandTimeoutMs?: number } = {}): Promise<Quorum>
     commandTimeoutMs: opts.commandTimeoutMs ?? 1_000,
     // The fake clock does not move while a grant runs.
     driftAllowanceMs: 0,
+    ...(opts.events ? { events: opts.events } : {}),
   });
   cleanups.push(() => store.close());
   if (!(await store.ready(10_000))) throw new Error("no majority of the three redis-servers");
@@ -272,11 +278,11 @@ describe("one instance answering fence", () => {
 
 describe("through the lease service, with a real backend object", () => {
   it("refuses the frozen write after the new holder was granted and read the object", async () => {
-    const q = await quorum();
-    const backend = createMemoryBackend({ clock: q.clock });
-    await backend.createBucket(BUCKET);
     const audit = createEmbeddedAuditLog({ gatewayId: "gw" });
     cleanups.push(() => audit.close());
+    const q = await quorum({ events: audit });
+    const backend = createMemoryBackend({ clock: q.clock });
+    await backend.createBucket(BUCKET);
     const keyring = makeKeyring([{ id: "k1", secret: Buffer.alloc(32, 7) }]);
     const leases = new LeaseService({
       store: q.store,

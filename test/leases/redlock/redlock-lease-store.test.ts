@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { fakeClock } from "../../../src/core/clock.js";
+import type { LeaseEvents } from "../../../src/leases/lease-store.js";
 import { createFileEpochStore } from "../../../src/leases/redis-shared/file-epoch-store.js";
 import {
   createRedlockLeaseStore,
@@ -26,7 +27,7 @@ afterAll(async () => {
 
 let harnesses = 0;
 /** A store on the three servers under a key prefix of its own, so tests share nothing. */
-async function open(clock: FakeClock, prefix: string): Promise<RedlockLeaseStore> {
+async function open(clock: FakeClock, prefix: string, events?: LeaseEvents): Promise<RedlockLeaseStore> {
   const store = createRedlockLeaseStore({
     urls: servers.map((s) => s.url),
     keyPrefix: prefix,
@@ -36,19 +37,20 @@ async function open(clock: FakeClock, prefix: string): Promise<RedlockLeaseStore
     // The fake clock does not move while a grant runs, and the contract uses TTLs down to 1 ms:
     // only the 1% part of the drift allowance applies.
     driftAllowanceMs: 0,
+    ...(events ? { events } : {}),
   });
   if (!(await store.ready(10_000))) throw new Error("no majority of the three redis-servers");
   return store;
 }
 
-describeLeaseStoreContract("redlock (three servers)", async (clock) => {
+describeLeaseStoreContract("redlock (three servers)", async (clock, events) => {
   const prefix = `{rl${++harnesses}}`;
-  let store = await open(clock, prefix);
+  let store = await open(clock, prefix, events);
   return {
     store,
     async reopen() {
       await store.close();
-      store = await open(clock, prefix);
+      store = await open(clock, prefix, events);
       return store;
     },
     cleanup: () => store.close(),

@@ -35,8 +35,8 @@ const lua = luaFiles(import.meta.url);
  * themselves, with the audit log's own Lua function (audit_append,
  * src/core/redis/audit-append.lua): a lease change and its record commit together or not at
  * all. Such a script takes an event
- * context after its own arguments (EVENT_ARGS); without one, it records nothing and the caller
- * records the events (LeaseService, right after the script returns).
+ * context after its own arguments (EVENT_ARGS); without one (the audit log is elsewhere), it
+ * records nothing and the store records the events right after the script returns.
  */
 export const PRELUDE = lua("prelude.lua", { AUDIT_APPEND: AUDIT_APPEND_LUA });
 

@@ -10,6 +10,6 @@ if took == false then return {'stale', redis.call('HGET', P .. ':floor', 'last')
 local l = lease(id)
 if not l or not is_open(l) then return {'notfound'} end
 local now = clock(true)
--- No events here (the Redlock store's caller records them): break_open records nothing.
+-- No events here (the Redlock store records them once a majority answered): break_open records nothing.
 break_open(l, now)
 return {'broken', redis.call('HGETALL', LEASE .. id), intents_under(l.b, l.k, l.p)}
