@@ -7,7 +7,7 @@ import type { TestGateway } from "../support/gateway.js";
 import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { requireTools } from "../support/tools.js";
-import { sleep, waitFor } from "../support/wait.js";
+import { waitFor } from "../support/wait.js";
 import {
   type AzureCasWorld,
   blobExists,
@@ -16,7 +16,7 @@ import {
   startAzureCasWorld,
   storedTransaction,
 } from "./cas-azure-support.js";
-import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
+import { api, getBody, listKeys, makeBucket, openTransaction, putIn, untilExpired } from "./support.js";
 import { checkHistory, runHistory } from "./visibility-history.js";
 
 /**
@@ -109,11 +109,11 @@ describe("transactions on the Azure backend", () => {
   });
 
   it("refuses a stale holder whole once the new holder wrote any key", async () => {
-    const old = await a.leases.acquire({ bucket, prefix: "b/", ttlMs: 300 });
+    const old = await a.leases.acquire({ bucket, prefix: "b/", ttlMs: 2_000 });
     const tx = await openTransaction(a, old.leaseId);
     expect((await putIn(a, old, tx.transactionId, bucket, "b/1", "old-1")).status).toBe(200);
     expect((await putIn(a, old, tx.transactionId, bucket, "b/2", "old-2")).status).toBe(200);
-    await sleep(400);
+    await untilExpired(old);
     const next = await b.leases.acquire({ bucket, prefix: "b/", ttlMs: 30_000 });
     expect((await putIn(b, next, null, bucket, "b/1", "new-1")).status).toBe(200);
     // That write aborted the old transaction in its record, before anything asked it to commit.
@@ -129,10 +129,10 @@ describe("transactions on the Azure backend", () => {
   });
 
   it("aborts a transaction whose lease ended before the commit", async () => {
-    const lease = await a.leases.acquire({ bucket, prefix: "c/", ttlMs: 300 });
+    const lease = await a.leases.acquire({ bucket, prefix: "c/", ttlMs: 2_000 });
     const tx = await openTransaction(a, lease.leaseId);
     expect((await putIn(a, lease, tx.transactionId, bucket, "c/1", "x")).status).toBe(200);
-    await sleep(400);
+    await untilExpired(lease);
     const commit = await api(b, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status).toBe(409);
     expect(await getBody(a, bucket, "c/1")).toBeNull();
@@ -337,7 +337,7 @@ describe("transactions on the Azure backend", () => {
       const point = proxy.on({ method: "PUT", path: /\/\.fencegate\/t\// }, { kind: "hold" });
       const commit = api(c, "POST", `/transactions/${tx.transactionId}/commit`);
       await point.reached;
-      await sleep(2_100);
+      await untilExpired(lease);
       // The newer grant raises the HCT of the keys with intents of the ended lease: that aborts it.
       const next = await a.leases.acquire({ bucket, prefix: "p/", ttlMs: 30_000, waitMs: 10_000 });
       point.release();

@@ -84,7 +84,7 @@ describe("transactions on the S3 backend across crashes", () => {
   it("killed between staging and commit: never visible, the keys writable by the next holder", async () => {
     const gw = await spawnReplica();
     const leases = leasesOf(gw.url);
-    const lease = await leases.acquire({ bucket, prefix: "a/", ttlMs: 1_000 });
+    const lease = await leases.acquire({ bucket, prefix: "a/", ttlMs: 2_000 });
     const tx = await openTransaction(gw, lease.leaseId);
     expect((await putIn(gw, lease, tx.transactionId, bucket, "a/1", "old-1")).status).toBe(200);
     expect((await putIn(gw, lease, tx.transactionId, bucket, "a/2", "old-2")).status).toBe(200);

@@ -4,9 +4,9 @@ import { startHttpFaultProxy } from "../support/fault-proxy.js";
 import type { TestGateway } from "../support/gateway.js";
 import { objectPath, signedRequest } from "../support/signed-http.js";
 import { requireTools } from "../support/tools.js";
-import { sleep, waitFor } from "../support/wait.js";
+import { waitFor } from "../support/wait.js";
 import { type CasWorld, startCasWorld } from "./cas-support.js";
-import { api, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
+import { api, getBody, listKeys, makeBucket, openTransaction, putIn, untilExpired } from "./support.js";
 import { checkHistory, runHistory } from "./visibility-history.js";
 
 /**
@@ -142,11 +142,11 @@ describe("transactions on the S3 backend", () => {
   });
 
   it("refuses a stale holder whole once the new holder wrote any key", async () => {
-    const old = await a.leases.acquire({ bucket, prefix: "b/", ttlMs: 300 });
+    const old = await a.leases.acquire({ bucket, prefix: "b/", ttlMs: 2_000 });
     const tx = await openTransaction(a, old.leaseId);
     expect((await putIn(a, old, tx.transactionId, bucket, "b/1", "old-1")).status).toBe(200);
     expect((await putIn(a, old, tx.transactionId, bucket, "b/2", "old-2")).status).toBe(200);
-    await sleep(400);
+    await untilExpired(old);
     const next = await b.leases.acquire({ bucket, prefix: "b/", ttlMs: 30_000 });
     expect((await putIn(b, next, null, bucket, "b/1", "new-1")).status).toBe(200);
     // That write aborted the old transaction in its record, before anything asked it to commit.
@@ -167,7 +167,7 @@ describe("transactions on the S3 backend", () => {
     const lease = await a.leases.acquire({ bucket, prefix: "c/", ttlMs: 2_000 });
     const tx = await openTransaction(a, lease.leaseId);
     expect((await putIn(a, lease, tx.transactionId, bucket, "c/1", "x")).status).toBe(200);
-    await sleep(Math.max(0, Date.parse(lease.expiresAt) - Date.now()) + 200);
+    await untilExpired(lease);
     const commit = await api(b, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status).toBe(409);
     expect(await getBody(a, bucket, "c/1")).toBeNull();
@@ -254,7 +254,7 @@ describe("transactions on the S3 backend", () => {
     const proxy = await startHttpFaultProxy(world.store.url);
     const c = await world.replica(proxy.url);
     try {
-      const lease = await c.leases.acquire({ bucket, prefix: "p/", ttlMs: 1_000 });
+      const lease = await c.leases.acquire({ bucket, prefix: "p/", ttlMs: 2_000 });
       const tx = await openTransaction(c, lease.leaseId);
       expect((await putIn(c, lease, tx.transactionId, bucket, "p/1", "old-1")).status).toBe(200);
       expect((await putIn(c, lease, tx.transactionId, bucket, "p/2", "old-2")).status).toBe(200);
@@ -262,7 +262,7 @@ describe("transactions on the S3 backend", () => {
       const point = proxy.on({ method: "PUT", path: /\/\.fencegate\/t\// }, { kind: "hold" });
       const commit = api(c, "POST", `/transactions/${tx.transactionId}/commit`);
       await point.reached;
-      await sleep(1_100);
+      await untilExpired(lease);
       // The newer grant raises the HCT of the keys with intents of the ended lease: that aborts it.
       const next = await a.leases.acquire({ bucket, prefix: "p/", ttlMs: 30_000, waitMs: 10_000 });
       point.release();

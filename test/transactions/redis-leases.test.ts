@@ -2,8 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../support/gateway.js";
 import { type RedisServer, startRedis } from "../support/redis.js";
 import { requireTools } from "../support/tools.js";
-import { sleep } from "../support/wait.js";
-import { api, getBody, makeBucket, openTransaction, putIn } from "./support.js";
+import { api, getBody, makeBucket, openTransaction, putIn, untilExpired } from "./support.js";
 import { checkHistory, runHistory } from "./visibility-history.js";
 
 /**
@@ -69,11 +68,11 @@ describe("transactions with the lease store in Redis", () => {
   }, 60_000);
 
   it("refuses the commit of an expired lease whole", async () => {
-    const lease = await gw.leases.acquire({ bucket, prefix: "b/", ttlMs: 500 });
+    const lease = await gw.leases.acquire({ bucket, prefix: "b/", ttlMs: 2_000 });
     const tx = await openTransaction(gw, lease.leaseId);
     expect((await putIn(gw, lease, tx.transactionId, bucket, "b/1", "x")).status).toBe(200);
     expect((await putIn(gw, lease, tx.transactionId, bucket, "b/2", "x")).status).toBe(200);
-    await sleep(600);
+    await untilExpired(lease);
     const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status).toBe(409);
     expect(await getBody(gw, bucket, "b/1")).toBeNull();

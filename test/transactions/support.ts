@@ -87,3 +87,12 @@ export function filesUnder(dir: string): string[] {
   }
   return out.sort();
 }
+
+/**
+ * Waits until the lease has expired (its expiresAt, and a margin). Tests that need a lease to end
+ * give it a TTL long enough for their staged writes on a busy machine, then wait here.
+ */
+export async function untilExpired(lease: { expiresAt: string }): Promise<void> {
+  const left = Date.parse(lease.expiresAt) - Date.now();
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, left) + 200));
+}

@@ -5,7 +5,16 @@ import { checkLeaseApiResponses } from "../support/openapi-recorder.js";
 import { parsePrometheusText, sampleValue } from "../support/prom-text.js";
 import { expectS3Error, objectPath, presign, rawRequest, signedRequest } from "../support/signed-http.js";
 import { sleep, waitFor } from "../support/wait.js";
-import { api, filesUnder, getBody, listKeys, makeBucket, openTransaction, putIn } from "./support.js";
+import {
+  api,
+  filesUnder,
+  getBody,
+  listKeys,
+  makeBucket,
+  openTransaction,
+  putIn,
+  untilExpired,
+} from "./support.js";
 
 checkLeaseApiResponses();
 
@@ -111,7 +120,7 @@ describe("a transaction on the embedded default", () => {
   });
 
   it("a stale holder's transaction is refused whole once a newer lease wrote one of its keys", async () => {
-    const stale = await gw.leases.acquire({ bucket, prefix: "job3/", ttlMs: 600 });
+    const stale = await gw.leases.acquire({ bucket, prefix: "job3/", ttlMs: 2_000 });
     const tx = await openTransaction(gw, stale.leaseId);
     expect((await putIn(gw, stale, tx.transactionId, bucket, "job3/a", "stale a")).status).toBe(200);
     expect((await putIn(gw, stale, tx.transactionId, bucket, "job3/b", "stale b")).status).toBe(200);
@@ -132,10 +141,10 @@ describe("a transaction on the embedded default", () => {
   });
 
   it("a commit after the lease expired is refused and nothing becomes visible", async () => {
-    const lease = await gw.leases.acquire({ bucket, prefix: "job9/", ttlMs: 500 });
+    const lease = await gw.leases.acquire({ bucket, prefix: "job9/", ttlMs: 2_000 });
     const tx = await openTransaction(gw, lease.leaseId);
     expect((await putIn(gw, lease, tx.transactionId, bucket, "job9/a", "late")).status).toBe(200);
-    await sleep(600);
+    await untilExpired(lease);
     const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status).toBe(409);
     expect(["LeaseExpired", "TransactionAborted"]).toContain((commit.json.error as { code: string }).code);
