@@ -1,7 +1,7 @@
 import { type DomainErrorCode, isDomainError } from "../core/errors.js";
 
 /** Lease API errors as JSON: {"error": {"code", "message", ...details}}. */
-export type ApiError = { status: number; body: { error: Record<string, unknown> } };
+type ApiError = { status: number; body: { error: Record<string, unknown> } };
 
 /**
  * Every domain error as the lease API answers it: its code (the domain code, but for the few

@@ -258,7 +258,7 @@ const HOST = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})|\[[0-9A-Fa-f:.]{2,45}\])(?
  * X-Forwarded-Host and X-Forwarded-Proto behind a proxy), so that tools generate calls to this
  * gateway. A Host that is not a host name or address keeps the document's default server.
  */
-export function servedBy<D extends { servers?: unknown[] }>(
+function servedBy<D extends { servers?: unknown[] }>(
   doc: D,
   host: string | undefined,
   forwardedHost: string | undefined,

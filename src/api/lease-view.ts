@@ -4,7 +4,7 @@ import type { LeaseInfo } from "../leases/lease-service.js";
 import type * as wire from "./schemas.js";
 
 /** A lease as the lease API sends it (and the client SDK and CLI receive it): its schema's type. */
-export type Lease = z.output<typeof wire.Lease>;
+type Lease = z.output<typeof wire.Lease>;
 
 /**
  * The lease as the API shows it; with its fencing token (the signed string a write carries) only

@@ -55,7 +55,7 @@ export function assertPartOrder(parts: readonly CompletedPart[]): void {
 }
 
 /** What a completion checks of a part a backend recorded. */
-export type RecordedPart = { partNumber: number; md5: string; size: number };
+type RecordedPart = { partNumber: number; md5: string; size: number };
 
 /**
  * The recorded parts a completion names, in its order, checked against S3's rules: each must have
@@ -131,7 +131,7 @@ export function partsPage(
 }
 
 /** ListMultipartUploads' marker: a key, and within that key the last upload id returned. */
-export type UploadMarker = { key: string; uploadId: string };
+type UploadMarker = { key: string; uploadId: string };
 
 /**
  * A ListMultipartUploads page of valid counts (S3 listing rules over uploads in key, then upload id, order).

@@ -1,7 +1,7 @@
 import { DomainError } from "../core/errors.js";
 import type { ByteRange } from "./storage-backend.js";
 
-export type RangeRequest = { start?: number; end?: number; suffix?: number };
+type RangeRequest = { start?: number; end?: number; suffix?: number };
 
 /**
  * Resolves a requested byte range against an object's size the way S3 does:

@@ -1,7 +1,7 @@
 import type { Readable } from "node:stream";
 import type { TxDomain } from "../core/tx.js";
 import type { InFlightWrites } from "../fence/bucket-deletion.js";
-import type { CommitOutcome, FencedCommit, WriteConditions } from "../fence/commit.js";
+import type { FencedCommit, WriteConditions } from "../fence/commit.js";
 import type { EarlyState, TransactionLog } from "../fence/commit-port.js";
 
 /**
@@ -15,7 +15,7 @@ import type { EarlyState, TransactionLog } from "../fence/commit-port.js";
  * (src/core/key-rules.ts); backends check them again only where a key becomes a path.
  */
 
-export type { CommitOutcome, FencedCommit, InFlightWrites, WriteConditions };
+export type { FencedCommit, InFlightWrites, WriteConditions };
 
 export type ObjectHeaders = {
   contentType?: string;
@@ -280,7 +280,7 @@ export interface MultipartStore {
 }
 
 /** What a backend can do; the fencing core adapts to it. */
-export type BackendCapabilities = {
+type BackendCapabilities = {
   /**
    * The domain of the backend's atomic step when it can run code inside it (FencedCommit.atomic):
    * the embedded database, or memory. Absent for remote stores.

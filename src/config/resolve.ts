@@ -10,9 +10,9 @@ import type { Config } from "./schema.js";
 export const DEV_ACCESS_KEY_ID = "fencegate";
 export const DEV_SECRET_ACCESS_KEY = "fencegate-secret";
 
-export type Credentials = ReadonlyMap<string, string>;
+type Credentials = ReadonlyMap<string, string>;
 
-export type Secrets = {
+type Secrets = {
   credentials: Credentials;
   /** What each access key may do (src/access/access-policy.ts). */
   access: AccessPolicy;

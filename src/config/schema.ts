@@ -440,5 +440,3 @@ export const configSchema = z
 
 export type Config = z.infer<typeof configSchema>;
 export type BackendSpec = z.infer<typeof backendSpec>;
-export type BucketRouteSpec = z.infer<typeof bucketRoute>;
-export type FencingPolicyName = z.infer<typeof policy>;

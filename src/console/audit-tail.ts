@@ -2,7 +2,7 @@ import { encodeCursor } from "../audit/audit-cursor.js";
 import type { AuditLog, AuditQuery, AuditRecord } from "../audit/audit-log.js";
 import type { Logger } from "../core/log.js";
 
-export type TailOptions = {
+type TailOptions = {
   audit: AuditLog;
   now: () => number;
   log: Logger;

@@ -19,9 +19,9 @@ import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js
 import { AuditTail } from "./audit-tail.js";
 import { clearedCookie, type Session, SessionStore, sameSecret, sessionIdFrom } from "./session.js";
 
-export const CONSOLE_BASE = "/_fence/console";
+const CONSOLE_BASE = "/_fence/console";
 /** Every state-changing console call carries it: a form or a link from another site cannot. */
-export const CONSOLE_HEADER = "x-fencegate-console";
+const CONSOLE_HEADER = "x-fencegate-console";
 
 type ConsoleEnv = {
   /** `summary`: what the gateway's request log line says of the request (filled in as learnt). */
@@ -29,7 +29,7 @@ type ConsoleEnv = {
   Variables: { session: Session };
 };
 
-export type ConsoleOptions = {
+type ConsoleOptions = {
   leases: LeaseService;
   keyring: Keyring;
   access: AccessPolicy;
@@ -47,7 +47,7 @@ export type ConsoleOptions = {
   pollMs?: number;
 };
 
-export type ConsoleApp = {
+type ConsoleApp = {
   fetch: (req: Request, env: ConsoleEnv["Bindings"]) => Response | Promise<Response>;
   /** Ends every live feed (a shutdown must not wait for them). */
   close(): void;

@@ -1,7 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 
 /** The console's cookie: HttpOnly, SameSite=Strict, sent only to the gateway's own paths. */
-export const SESSION_COOKIE = "fencegate_console";
+const SESSION_COOKIE = "fencegate_console";
 const COOKIE_PATH = "/_fence/";
 
 export type Session = {
@@ -12,7 +12,7 @@ export type Session = {
   expiresAt: number;
 };
 
-export type SessionOptions = {
+type SessionOptions = {
   now: () => number;
   /** A session unused this long ends (default 30 min). */
   idleMs?: number;

@@ -127,19 +127,6 @@ export class StaleTokenError extends DomainError {
   }
 }
 
-/**
- * A write whose commit was sent to the store and whose answer never came (lost, late, cut off):
- * it may or may not have landed. Answered 503 with `x-fence-outcome: unknown`, never as refused;
- * the gateway learns the outcome later and records it (src/fence/outcomes.ts).
- */
-export function outcomeUnknown(message: string, options?: ErrorOptions): DomainError {
-  return new DomainError("ServiceUnavailable", message, { outcome: "unknown" }, options);
-}
-
-/** Whether an error says that the outcome of a write is unknown (see outcomeUnknown). */
-export const isOutcomeUnknown = (err: unknown): boolean =>
-  isDomainError(err) && err.details.outcome === "unknown";
-
 /** The HCT a refusal carries, when it knows it (x-fence-highest-token, the audit record). */
 export function highestTokenOf(err: unknown): number | undefined {
   if (!isDomainError(err)) return undefined;

@@ -13,7 +13,7 @@ import { DomainError } from "./errors.js";
 export const MAX_OBJECT_KEY_BYTES = 1024;
 
 /** Why a key is refused. */
-export type ObjectKeyProblem = {
+type ObjectKeyProblem = {
   reason:
     | "empty"
     | "too-long"

@@ -79,7 +79,7 @@ export function createLogger(
 }
 
 /** What the request line says: method, path, status, duration and the request's summary. */
-export type RequestLine = {
+type RequestLine = {
   requestId: string;
   method: string;
   /** The path only: a query string may hold a presigned signature or a fencing token. */

@@ -17,7 +17,7 @@ import type { Redis } from "ioredis";
  * NAME is upper case (A-Z, 0-9, _). A placeholder without a value, or a value that no
  * placeholder takes, is an error: nothing runs half-composed.
  */
-export type LuaValues = Readonly<Record<string, string>>;
+type LuaValues = Readonly<Record<string, string>>;
 
 const PLACEHOLDER = /^--\{\{([A-Z][A-Z0-9_]*)\}\}\n|\{\{([A-Z][A-Z0-9_]*)\}\}/gm;
 

@@ -13,7 +13,7 @@ import type { Logger } from "./log.js";
  * append a record twice, after its caller already answered. The connection is made in the
  * background and made again for ever, at most a second apart, so service resumes by itself.
  */
-export type FailClosedOptions = {
+type FailClosedOptions = {
   /** Command and connect timeout (ms). */
   timeoutMs: number;
 };

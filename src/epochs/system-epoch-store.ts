@@ -4,7 +4,7 @@ import { type EpochStore, MAX_EPOCH } from "../leases/redis-shared/epoch-store.j
 import { type EpochFloor, highestEpochOf, legacyRecordFloor, localDirFloor } from "./epoch-floors.js";
 
 /** Where the epoch records live in the system bucket, under the backend's meta prefix. */
-export const EPOCH_RECORDS = "epochs/";
+const EPOCH_RECORDS = "epochs/";
 
 const DIGITS = String(MAX_EPOCH).length;
 
@@ -12,7 +12,7 @@ const DIGITS = String(MAX_EPOCH).length;
 export const epochRecordName = (epoch: number): string =>
   `${EPOCH_RECORDS}${String(epoch).padStart(DIGITS, "0")}`;
 
-export type SystemEpochStoreOptions = {
+type SystemEpochStoreOptions = {
   records: SystemRecords;
   /**
    * Older configurations (leaseStore.epochs.prefix): the prefix under which older versions kept

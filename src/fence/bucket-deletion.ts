@@ -14,7 +14,7 @@ export const noWritesInFlight: InFlightWrites = async () => [];
  * so every write that still trusted an older read recorded its commit intent before that look.
  * This assumes the gateways' clocks run at about the same rate (not that they agree), as leases do.
  */
-export const BUCKET_STATE_TRUST_MS = 1_000;
+const BUCKET_STATE_TRUST_MS = 1_000;
 /**
  * The buckets this process found live, each trusted as such for BUCKET_STATE_TRUST_MS from when
  * the read that found it was sent (performance.now()); one per backend.
@@ -43,7 +43,7 @@ export class BucketTrust {
 }
 
 /** What a deletion waits after marking its bucket: the trust above, and a margin for clock rates. */
-export const BUCKET_MARK_WAIT_MS = Math.ceil(BUCKET_STATE_TRUST_MS * 1.5) + 50;
+const BUCKET_MARK_WAIT_MS = Math.ceil(BUCKET_STATE_TRUST_MS * 1.5) + 50;
 
 /** A deletion not finished after this long was abandoned (its gateway died): it may be taken back. */
 export const ABANDONED_DELETION_MS = 30_000;

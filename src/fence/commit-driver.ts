@@ -45,7 +45,7 @@ import { WRITE_HISTORY } from "./commit-port.js";
  */
 
 /** One commit: what it does to the object. */
-export type CommitSpec<S> =
+type CommitSpec<S> =
   /**
    * A new live version, staged by the backend (PutObject, CopyObject, CompleteMultipartUpload).
    * `ready`: the backend's last checks after prepare (a completion's upload and parts are still
@@ -70,7 +70,7 @@ export type CommitSpec<S> =
    */
   | { op: "settle" };
 
-export type CommitResult = {
+type CommitResult = {
   /** The state the commit found: the one it replaced, when it wrote. */
   before: FenceState;
   /** The object's HCT once the commit is done. */
@@ -89,7 +89,7 @@ const MAX_SENDS = 3;
 export const newWriteId = (): string => randomBytes(9).toString("base64url");
 
 /** A write that the client abandoned before anything was sent: nothing was done. */
-export const abandoned = (): DomainError =>
+const abandoned = (): DomainError =>
   new DomainError("IncompleteBody", "the request was abandoned before it completed");
 
 /**
@@ -252,7 +252,7 @@ async function stage<S>(
 }
 
 /** What one staged write did in its transaction's commit. */
-export type AppliedWrite = {
+type AppliedWrite = {
   ref: ObjectRef;
   highestToken: number | null;
   before: FenceState;

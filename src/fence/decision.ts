@@ -11,7 +11,7 @@ import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js"
 
 export type FencingPolicy = "required" | "optional";
 
-export type WriteTarget = { bucket: string; key: string };
+type WriteTarget = { bucket: string; key: string };
 
 export type FenceLookups = Pick<LeaseStore, "get" | "findNewerOverlapping" | "findActiveCovering">;
 
@@ -22,9 +22,9 @@ export type AuthorizedWrite = { fenced: true; claims: LeaseClaims; lease: LeaseR
  * completion may omit the token (tools that can only set metadata send it on Create alone);
  * they are then fenced with the bound lease, checked like a presented token.
  */
-export type BoundLease = { leaseId: string; token: number };
+type BoundLease = { leaseId: string; token: number };
 
-export type AuthorizeInput = {
+type AuthorizeInput = {
   target: WriteTarget;
   tokenString: string | null;
   bound?: BoundLease | null;

@@ -2,7 +2,7 @@ import { DomainError } from "../core/errors.js";
 import type { Fence } from "./commit.js";
 
 /** What the fencing rule of a multipart upload needs to know about it. */
-export type UploadFencing = { uploadId: string; token: number | null };
+type UploadFencing = { uploadId: string; token: number | null };
 
 /**
  * The fencing rule for parts and completion: the request's fence must be the one the upload

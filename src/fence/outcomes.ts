@@ -14,7 +14,7 @@ import type { OutcomeUnknownError, Settled } from "./commit-driver.js";
  * the intent. While the store cannot tell, it tries again, less and less often. A gateway that
  * stops before it knows leaves the intent: the next grant on the object fences it.
  */
-export type OutcomesOptions = {
+type OutcomesOptions = {
   audit: AuditLog;
   leases: LeaseStore;
   log?: Logger;

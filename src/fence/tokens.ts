@@ -25,7 +25,7 @@ export type Keyring = {
   byId: ReadonlyMap<string, Buffer>;
 };
 
-export type VerifyResult = { ok: true; claims: TokenClaims } | { ok: false; reason: string };
+type VerifyResult = { ok: true; claims: TokenClaims } | { ok: false; reason: string };
 
 const VERSION = "fg1";
 const MAX_TOKEN_LENGTH = 4096;

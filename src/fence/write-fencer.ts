@@ -39,7 +39,7 @@ export type WriteContext = {
 };
 
 /** How a write joins a fenced transaction (src/transactions/transactions.ts). */
-export interface TransactionJoin {
+interface TransactionJoin {
   /** The transaction's sink, or the refusal (not found, ended, another lease or bucket). */
   sinkFor(
     id: string,
@@ -60,9 +60,9 @@ export interface TransactionJoin {
 }
 
 /** What the fencing core needs to know about the object before it reads a body. */
-export type ObjectWriteState = { highestToken: number | null; etag: string | null; early?: EarlyState };
+type ObjectWriteState = { highestToken: number | null; etag: string | null; early?: EarlyState };
 
-export type WriteFencerOptions = {
+type WriteFencerOptions = {
   leases: LeaseStore;
   audit: AuditLog;
   keyring: Keyring;
@@ -85,7 +85,7 @@ export type WriteFencerOptions = {
   observe?: FenceObserver;
 };
 
-export type Committed = { highestToken: number | null };
+type Committed = { highestToken: number | null };
 
 const AUDITED = Symbol("fencegate.audited");
 
@@ -95,7 +95,7 @@ function markAudited(err: unknown): unknown {
 }
 
 /** Whether a refused write's error has already been recorded in the audit log. */
-export function wasAudited(err: unknown): boolean {
+function wasAudited(err: unknown): boolean {
   return typeof err === "object" && err !== null && (err as Record<symbol, unknown>)[AUDITED] === true;
 }
 

@@ -7,7 +7,7 @@ import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
  * there (its gateway may be paused between its commit and its record). Either way the record
  * of an object's write comes before the records of the writes after it.
  */
-export type WriteNote = {
+type WriteNote = {
   /** The request id. */
   r: string;
   /** The operation (PutObject, DeleteObject, ...). */
@@ -26,7 +26,7 @@ export function encodeNote(note: WriteNote): string {
   return JSON.stringify(note);
 }
 
-export function decodeNote(text: string): WriteNote | null {
+function decodeNote(text: string): WriteNote | null {
   try {
     const n = JSON.parse(text) as Partial<WriteNote>;
     return typeof n.r === "string" && typeof n.o === "string" ? (n as WriteNote) : null;
@@ -39,7 +39,7 @@ export function decodeNote(text: string): WriteNote | null {
 export const outcomeKey = (requestId: string, bucket: string, key: string) => `${requestId} ${bucket}/${key}`;
 
 /** The accepted record of a write whose note the object's state holds. */
-export function landedRecord(note: WriteNote, bucket: string, key: string): AuditDraft {
+function landedRecord(note: WriteNote, bucket: string, key: string): AuditDraft {
   return {
     op: note.o,
     bucket,

@@ -70,7 +70,7 @@ export function installEdgeAnswers(server: Server, opts: { log: Logger; render: 
 }
 
 /** What a parser or timeout error of Node's HTTP server means for the client. */
-export function clientErrorRefusal(code: string | undefined): DomainError {
+function clientErrorRefusal(code: string | undefined): DomainError {
   switch (code) {
     case "HPE_HEADER_OVERFLOW":
       return new DomainError(
@@ -88,7 +88,7 @@ export function clientErrorRefusal(code: string | undefined): DomainError {
 }
 
 /** The target and Host of a request as far as the parser got, read from the bytes it saw. */
-export function requestLineOf(raw: Buffer | undefined): {
+function requestLineOf(raw: Buffer | undefined): {
   target: string | undefined;
   host: string | undefined;
 } {
@@ -100,7 +100,7 @@ export function requestLineOf(raw: Buffer | undefined): {
 }
 
 /** Writes a complete response on a raw socket and closes it, cutting it if the peer lingers. */
-export function writeAndClose(socket: Duplex, answer: EdgeAnswer, requestId: string): void {
+function writeAndClose(socket: Duplex, answer: EdgeAnswer, requestId: string): void {
   const reason = STATUS_CODES[answer.status] ?? "Error";
   const head =
     `HTTP/1.1 ${answer.status} ${reason}\r\n` +

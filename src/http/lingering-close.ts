@@ -4,7 +4,7 @@ import type { Socket } from "node:net";
 /** How long a connection may linger after its answer, its request body still arriving. */
 export const LINGER_MS = 5_000;
 /** How much of a request body answered early is read and discarded before the connection is cut. */
-export const LINGER_BYTES = 64 * 1024 * 1024;
+const LINGER_BYTES = 64 * 1024 * 1024;
 
 /**
  * A request answered before its body was read to the end (a body over an operation's limit, a

@@ -5,7 +5,7 @@ import type { EdgeRenderer } from "./edge-answers.js";
 import { lingerAfterEarlyAnswer } from "./lingering-close.js";
 import { newRequestId } from "./request-id.js";
 
-export type RequestListener = (req: IncomingMessage, res: ServerResponse) => unknown;
+type RequestListener = (req: IncomingMessage, res: ServerResponse) => unknown;
 
 let running: IncomingMessage | undefined;
 
@@ -59,7 +59,7 @@ export function guardRequests(
   };
 }
 
-export function requestProblem(req: IncomingMessage, maxHeadersCount: number): DomainError | undefined {
+function requestProblem(req: IncomingMessage, maxHeadersCount: number): DomainError | undefined {
   if (maxHeadersCount > 0 && req.rawHeaders.length / 2 >= maxHeadersCount) {
     return new DomainError(
       "RequestHeaderSectionTooLarge",

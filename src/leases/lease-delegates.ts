@@ -10,7 +10,7 @@ import type { LeaseWaiting } from "./lease-waiting.js";
 import type { DelegateNotice } from "./wait-queue.js";
 
 /** What the delegates ask of the lease service. */
-export type DelegatesHost = {
+type DelegatesHost = {
   store: LeaseStore;
   audit: AuditLog;
   clock: Clock;

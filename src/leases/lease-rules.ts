@@ -125,7 +125,7 @@ export function groupKey(prefix: string, group: number, groups: number): string 
   return `${prefix}${GROUP_MARK}${group}/${groups}`;
 }
 
-export const isGroupKey = (key: string): boolean => key.includes(GROUP_MARK);
+const isGroupKey = (key: string): boolean => key.includes(GROUP_MARK);
 
 export function parseGroupKey(key: string): { prefix: string; group: number; groups: number } | null {
   const at = key.lastIndexOf(GROUP_MARK);
@@ -190,7 +190,7 @@ export function judgeLease(
  * administrator", "was released", or "expired (not renewed in time)". A successor, when there is
  * one, is named by the caller ("superseded by token N").
  */
-export function howEnded(lease: Pick<LeaseRecord, "releasedAt" | "brokenAt">): string {
+function howEnded(lease: Pick<LeaseRecord, "releasedAt" | "brokenAt">): string {
   if (lease.brokenAt !== undefined) return "was broken by an administrator";
   if (lease.releasedAt !== undefined) return "was released";
   return "expired (not renewed in time)";

@@ -23,17 +23,17 @@ import type {
 import { LeaseWaiting } from "./lease-waiting.js";
 import { type PoolMembership, sharesWaiting } from "./wait-queue.js";
 
-export type LeaseLimits = { minTtlMs: number; maxTtlMs: number; maxWaitMs: number };
+type LeaseLimits = { minTtlMs: number; maxTtlMs: number; maxWaitMs: number };
 
-export type { AcquireRequest, Caller, LeaseInfo } from "./lease-requests.js";
+export type { Caller, LeaseInfo } from "./lease-requests.js";
 
 /**
  * Raises an object's HCT to at least `token` in the storage backend (StorageBackend
  * .raiseHighestToken): how a grant fences the commit intents of ended leases.
  */
-export type ObjectFencer = (bucket: string, key: string, token: number) => Promise<unknown>;
+type ObjectFencer = (bucket: string, key: string, token: number) => Promise<unknown>;
 
-export type LeaseServiceOptions = {
+type LeaseServiceOptions = {
   store: LeaseStore;
   audit: AuditLog;
   clock: Clock;

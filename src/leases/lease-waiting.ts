@@ -16,7 +16,7 @@ import {
 } from "./wait-queue.js";
 
 /** What the waiting queue asks of the lease service. */
-export type WaitingHost = {
+type WaitingHost = {
   store: LeaseStore;
   clock: Clock;
   observe: LeaseObserver | undefined;

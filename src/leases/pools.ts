@@ -4,9 +4,9 @@ import type { Caller, LeaseInfo, LeaseService } from "./lease-service.js";
 import type { LeaseResource } from "./lease-store.js";
 import type { PoolMembership } from "./wait-queue.js";
 
-export type PoolConfig = { bucket: string; prefix: string; groups: number };
+type PoolConfig = { bucket: string; prefix: string; groups: number };
 
-export type ClaimResult = {
+type ClaimResult = {
   pool: string;
   owner: string;
   /** Groups divided by the active workers. */

@@ -28,7 +28,7 @@ export function metricsSettingsFromEnv(env: NodeJS.ProcessEnv): MetricsSettings 
   return settings;
 }
 
-export type MetricsAnswer = { status: number; headers: Record<string, string>; body: string };
+type MetricsAnswer = { status: number; headers: Record<string, string>; body: string };
 
 /** Whether a peer address is this machine's loopback interface. */
 export function isLoopback(address: string | undefined): boolean {

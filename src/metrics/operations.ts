@@ -3,7 +3,7 @@
  * (`acquireLease`, `renewLease`, ...), never the raw path (lease ids would make every request a
  * series of its own). A request that matches none is `api_unknown`.
  */
-export type OperationMatcher = (method: string, path: string) => string;
+type OperationMatcher = (method: string, path: string) => string;
 
 type OpenApiDoc = { paths: Record<string, object> };
 

@@ -1,6 +1,6 @@
 import { DomainError } from "../core/errors.js";
 
-export type Addressed = { bucket: string | null; key: string | null; virtualHost: boolean };
+type Addressed = { bucket: string | null; key: string | null; virtualHost: boolean };
 
 /**
  * Which bucket and key a request names: path-style (`/bucket/key`) or, when a domain is

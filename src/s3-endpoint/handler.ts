@@ -21,7 +21,7 @@ import { parseS3Query } from "./protocol/query.js";
 import { renderXml } from "./protocol/xml.js";
 import { routeOf } from "./routes.js";
 
-export type S3HandlerOptions = {
+type S3HandlerOptions = {
   services: S3Services;
   authenticator: RequestAuthenticator;
   domain?: string;
@@ -334,12 +334,7 @@ function toResponse(res: S3Response, method: string, outgoing: ServerResponse): 
   return new Response(null, { status: res.status, headers });
 }
 
-export function errorResponse(
-  err: S3WireError,
-  resource: string,
-  requestId: string,
-  method: string,
-): Response {
+function errorResponse(err: S3WireError, resource: string, requestId: string, method: string): Response {
   const headers = new Headers();
   const highest = err.extra.HighestToken;
   if (typeof highest === "number") headers.set("x-fence-highest-token", String(highest));

@@ -38,7 +38,7 @@ import type { S3Operation, S3Request } from "./protocol/context.js";
  * operation file. Dispatch takes the first row that matches; `write` marks the operations whose
  * every refusal is a write decision and goes to the audit log.
  */
-export type Route = {
+type Route = {
   name: string;
   /** What the request addresses: no bucket, a bucket, or an object. */
   target: "service" | "bucket" | "object";
@@ -376,11 +376,6 @@ export const ROUTES: readonly Route[] = [
     run: methodNotAllowed,
   },
 ];
-
-/** The names of the fenced write operations, derived from the table. */
-export const WRITE_OPERATIONS: ReadonlySet<string> = new Set(
-  ROUTES.filter((r) => r.write).map((r) => r.name),
-);
 
 /** The route of a request: the first row that matches its method, address and query. */
 export function routeOf(req: Pick<S3Request, "method" | "bucket" | "key" | "query" | "headers">): Route {

@@ -3,7 +3,7 @@ import type { AuditArchiveStore } from "../audit/redis/archive-store.js";
 import type { StorageBackend } from "../backends/storage-backend.js";
 import { unfencedCommit } from "../fence/commit.js";
 
-export type BackendArchiveStoreOptions = {
+type BackendArchiveStoreOptions = {
   backend: StorageBackend;
   /** A bucket every replica reaches (S3 bucket, Azure container); it must exist. */
   bucket: string;

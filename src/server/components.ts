@@ -20,7 +20,7 @@ import { openLeaseStore, systemBucketOf } from "./lease-components.js";
  * The backend, lease store and audit log of one gateway. Co-located ones share a TxDomain
  * (src/core/tx.ts), and the fencing core joins their atomic steps where they do.
  */
-export type Components = {
+type Components = {
   /** Every bucket, routed to the backend that holds it. */
   backend: RoutedBackend;
   /** Each configured backend by name: `default` (config `backend`) and those of `backends`. */
@@ -30,7 +30,7 @@ export type Components = {
   close(): Promise<void>;
 };
 
-export type ComponentContext = {
+type ComponentContext = {
   clock: Clock;
   gatewayId: string;
   log: Logger;

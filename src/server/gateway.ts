@@ -64,7 +64,7 @@ export type Gateway = {
   close(boundMs?: number): Promise<void>;
 };
 
-export type StartOptions = {
+type StartOptions = {
   clock?: Clock;
   log?: Logger;
   /** Sweep interval for expired leases (audit LeaseExpired events). */
@@ -534,7 +534,7 @@ function edgeResponse(answer: EdgeAnswer, requestId: string): Response {
  * so whether a grant or a release took effect is not known). Unsigned reads (health, metrics,
  * the OpenAPI document) that succeed get no decision.
  */
-export function summarizeApiRequest(
+function summarizeApiRequest(
   summary: RequestSummary,
   method: string,
   path: string,

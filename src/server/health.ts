@@ -9,14 +9,14 @@ export type Dependency = {
   check: () => Promise<unknown>;
 };
 
-export type CheckResult = {
+type CheckResult = {
   kind: string;
   status: "ok" | "unavailable" | "timeout";
   ms: number;
   error?: string;
 };
 
-export type HealthOptions = {
+type HealthOptions = {
   dependencies: Dependency[];
   /** Every check gets this long; one that has not answered by then is reported as down. */
   timeoutMs: number;

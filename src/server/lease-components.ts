@@ -20,7 +20,7 @@ import type { EmbeddedDb } from "../sqlite/db.js";
 const START_WAIT_MS = 3_000;
 
 /** The system bucket of a remote default backend, unless backend.systemBucket names another. */
-export const DEFAULT_SYSTEM_BUCKET = "fencegate-system";
+const DEFAULT_SYSTEM_BUCKET = "fencegate-system";
 
 /** Where older versions kept epoch objects when leaseStore.epochs gave no prefix. */
 const LEGACY_EPOCHS_PREFIX = ".fencegate/redis-epochs/";

@@ -4,7 +4,7 @@ import { Database } from "./sqlite.js";
 
 export type EmbeddedDb = Database;
 
-export type OpenEmbeddedDbOptions = {
+type OpenEmbeddedDbOptions = {
   dataDir: string;
   /** File name inside the data directory. */
   file?: string;

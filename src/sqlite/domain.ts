@@ -15,9 +15,9 @@ type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 const nextTurn = globalThis.setImmediate;
 
 /** Flushes a file to stable storage (fs.fsync; tests pass a slower or failing one). */
-export type SyncFile = (fd: number, done: (err: NodeJS.ErrnoException | null) => void) => void;
+type SyncFile = (fd: number, done: (err: NodeJS.ErrnoException | null) => void) => void;
 
-export type EmbeddedDomainOptions = {
+type EmbeddedDomainOptions = {
   /**
    * How the WAL file is flushed. Default fs.fsync, run on libuv's thread pool so that the event
    * loop keeps serving while the disk works.

@@ -36,7 +36,7 @@ import type { CommitAnswer, TransactionObject, TransactionView } from "./views.j
  * record.
  */
 
-export type CasTransactionsOptions = {
+type CasTransactionsOptions = {
   leases: LeaseService;
   store: LeaseStore;
   audit: AuditLog;

@@ -41,9 +41,7 @@ import type { CommitAnswer, TransactionObject, TransactionState, TransactionView
  * cas-transactions.ts (ids `tx-<32 hex>-<bucket>`).
  */
 
-export type { CommitAnswer, TransactionObject, TransactionState, TransactionView } from "./views.js";
-
-export type TransactionLimits = {
+type TransactionLimits = {
   /** Staged objects per transaction (contract: up to 10,000). */
   maxObjects: number;
   /** Transactions open at once on this gateway. */
@@ -56,13 +54,13 @@ export type TransactionLimits = {
   maxMemoryBytes: number;
 };
 
-export const DEFAULT_TRANSACTION_LIMITS: TransactionLimits = {
+const DEFAULT_TRANSACTION_LIMITS: TransactionLimits = {
   maxObjects: 10_000,
   maxOpen: 10_000,
   maxMemoryBytes: 256 * 1024 * 1024,
 };
 
-export type TransactionsOptions = {
+type TransactionsOptions = {
   leases: LeaseService;
   store: LeaseStore;
   audit: AuditLog;

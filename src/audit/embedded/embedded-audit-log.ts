@@ -17,7 +17,7 @@ import {
 import { createAuditPlanner, type EqualColumn, type PlannedFilters } from "./query-plan.js";
 import { migrateAuditTables } from "./schema.js";
 
-export type EmbeddedAuditLogOptions = {
+type EmbeddedAuditLogOptions = {
   /**
    * The shared state database (src/sqlite/db.ts); not closed by the log. Default: a database
    * of the log's own in memory (nothing survives the process), closed with the log.

@@ -15,7 +15,7 @@ import type { EmbeddedDb } from "../../sqlite/db.js";
  */
 
 /** Counting stops here: a filter that lets this many rows through is not selective. */
-export const COUNT_CAP = 20_000;
+const COUNT_CAP = 20_000;
 
 export type PlannedFilters = {
   /** Equality filters on indexed columns (column name -> value). */
@@ -39,10 +39,7 @@ const EQUAL_INDEX: Record<EqualColumn, string> = {
   transaction_id: "audit_records_transaction",
 };
 
-export type Planned = { sql: string; params: Record<string, string | number> };
-
-/** Seq bounds of a time window, when the log's times follow its seqs. */
-export type SeqWindow = { lo: number; hi: number };
+type Planned = { sql: string; params: Record<string, string | number> };
 
 /** `countCap` other than COUNT_CAP: for tests, to reach every path with few records. */
 export function createAuditPlanner(db: EmbeddedDb, countCap = COUNT_CAP) {

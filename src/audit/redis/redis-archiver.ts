@@ -30,7 +30,7 @@ export type RedisAuditRetention = {
 };
 
 /** A registered segment, as the trim script stores it in `P:a:seg` (scored by `last`). */
-export type SegmentInfo = {
+type SegmentInfo = {
   name: string;
   first: number;
   last: number;
@@ -39,7 +39,7 @@ export type SegmentInfo = {
   count: number;
 };
 
-export type ArchivePart = {
+type ArchivePart = {
   records: AuditRecord[];
   state: "full" | "end" | "budget";
   position: number;

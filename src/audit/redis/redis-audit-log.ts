@@ -67,7 +67,7 @@ export type RedisAuditLog = AuditLog & {
  * Redis runs nothing else while a page is read, lease operations of every replica included,
  * so a page of a rare combination of filters answers early with a cursor instead.
  */
-export const DEFAULT_QUERY_BUDGET = 2_000;
+const DEFAULT_QUERY_BUDGET = 2_000;
 
 /**
  * A Redis connection that fails closed: no offline queue and no resending after a reconnect,

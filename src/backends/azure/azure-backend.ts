@@ -113,7 +113,7 @@ export function createAzureBackend(options: AzureBackendOptions): AzureBackend {
 const NEVER = new AbortController().signal;
 
 /** Staging blobs younger than this are left alone by the sweep's collection (a write may still name them). */
-export const STAGING_GRACE_MS = 60 * 60 * 1000;
+const STAGING_GRACE_MS = 60 * 60 * 1000;
 
 /** What a read sees of a key: the view, and where its bytes are when a committed pending write is served. */
 type Visible = { view: BlobView; staging?: string };

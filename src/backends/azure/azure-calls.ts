@@ -163,7 +163,7 @@ const OBJECTS = new Set(["container", "containers", "upload", "part", "account",
  * the description names one ("create container x" → create_container, "get b/k" → get). Only
  * words of fencegate's own code make it into the label, never a bucket, key or id.
  */
-export function operationOf(what: string): string {
+function operationOf(what: string): string {
   const words = what.split(" ");
   const verb = words[0] ?? "call";
   const next = words[1] === "the" ? words[2] : words[1];

@@ -26,7 +26,7 @@ export const CONTAINER_LOCATION = "fencegate_location";
 const AZURE_CONTAINER = /^[a-z0-9](?!.*--)[a-z0-9-]{1,61}[a-z0-9]$/;
 export const isAzureContainerName = (name: string): boolean => AZURE_CONTAINER.test(name);
 
-export type ContainerState =
+type ContainerState =
   | { state: "missing" }
   | { state: "deleted"; metadata: Record<string, string> }
   | { state: "live"; info: BucketInfo; metadata: Record<string, string> };

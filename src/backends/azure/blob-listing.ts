@@ -55,7 +55,7 @@ export function blobPages(
 }
 
 /** The live object an item stands for, or undefined (tombstone, directory, fencegate's own blob). */
-export function liveEntry(
+function liveEntry(
   store: AzureStore,
   container: string,
   item: BlobItem,

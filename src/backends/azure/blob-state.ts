@@ -101,7 +101,7 @@ export const MISSING: BlobView = {
 };
 
 /** The properties of a blob as Get Blob Properties, Download and List Blobs give them. */
-export type BlobProps = {
+type BlobProps = {
   etag?: string | undefined;
   metadata?: Record<string, string> | undefined;
   contentLength?: number | undefined;
@@ -130,7 +130,7 @@ function lowerKeys(metadata: Record<string, string> | undefined): Record<string,
   return out;
 }
 
-export function decodeState(encoded: string, where: string): StoredState {
+function decodeState(encoded: string, where: string): StoredState {
   let state: unknown;
   try {
     state = JSON.parse(Buffer.from(encoded, "base64url").toString("utf8"));

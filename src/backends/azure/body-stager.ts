@@ -14,7 +14,7 @@ import type { AzureCalls } from "./azure-calls.js";
  * metadata or ETag. A write that never commits leaves them behind until the blob's next commit
  * discards them, or Azure does after 7 days.
  */
-export type StagedBody =
+type StagedBody =
   | { kind: "buffer"; data: Buffer; size: number; md5: Buffer }
   | { kind: "blocks"; blockIds: string[]; size: number; md5: Buffer };
 
@@ -29,7 +29,7 @@ export function blockIdFactory(): (index: number) => string {
   return (index) => Buffer.from(`${nonce}-${String(index).padStart(6, "0")}`).toString("base64");
 }
 
-export type StageOptions = {
+type StageOptions = {
   /** Stage even a body that fits in one block (assembling parts); default false. */
   alwaysBlocks?: boolean;
   /** Ids for the blocks, continuing across several streams of one write. Default: a new factory. */

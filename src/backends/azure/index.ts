@@ -12,5 +12,4 @@
  * makes fencegate's writes fail with ServiceUnavailable naming the lease.
  */
 export { AzureBackend, createAzureBackend } from "./azure-backend.js";
-export type { AzureBackendOptions, AzureHookContext, AzureHookStep, AzureHooks } from "./azure-options.js";
-export type { AzureCapabilityReport } from "./capability.js";
+export type { AzureBackendOptions, AzureHookStep, AzureHooks } from "./azure-options.js";

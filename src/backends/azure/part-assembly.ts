@@ -22,7 +22,7 @@ import type { PartRecord } from "./upload-records.js";
 /** A part blob as a completion uses it: its record, number, Azure ETag and blob name. */
 export type ListedPart = PartRecord & { partNumber: number; azureEtag: string; name: string };
 
-export type Assembly = {
+type Assembly = {
   ref: UploadRef;
   /** The object's blob, which receives the blocks. */
   blob: BlockBlobClient;

@@ -16,14 +16,14 @@ import type { AzureObjectPort } from "./object-port.js";
 
 export const STAGED_KEY = "fencegate_key";
 
-export const stagingPrefix = (meta: string): string => `${meta}tx/`;
+const stagingPrefix = (meta: string): string => `${meta}tx/`;
 
 export function stagingName(meta: string, transactionId: string): string {
   return `${stagingPrefix(meta)}${transactionId}/${randomBytes(12).toString("hex")}`;
 }
 
 /** The transaction a staging blob belongs to; null for another name. */
-export function stagingTransaction(meta: string, name: string): string | null {
+function stagingTransaction(meta: string, name: string): string | null {
   const prefix = stagingPrefix(meta);
   if (!name.startsWith(prefix)) return null;
   const rest = name.slice(prefix.length);

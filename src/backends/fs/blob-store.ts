@@ -14,7 +14,7 @@ import { DirSyncer, syncDir } from "./dir-sync.js";
 const WRITE_BUFFER_BYTES = 512 * 1024;
 
 /** A body written in full and durably, under its final name, not yet referenced by any row. */
-export type StoredBlob = { id: string; size: number; md5Hex: string };
+type StoredBlob = { id: string; size: number; md5Hex: string };
 
 /** New blobs go to one shard for this many writes, so that concurrent writes share dir fsyncs. */
 const BLOBS_PER_SHARD_TURN = 256;

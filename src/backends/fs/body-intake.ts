@@ -6,7 +6,7 @@ import { type BlobStore, toBuffer } from "./blob-store.js";
  * A body as the fs backend keeps it: in the object's database row when it is small, in an
  * immutable blob file otherwise. Either way its MD5 (the ETag) was computed once, on the way in.
  */
-export type TakenBody =
+type TakenBody =
   | { inline: Buffer; blob?: undefined; size: number; md5Hex: string }
   | { inline?: undefined; blob: string; size: number; md5Hex: string };
 

@@ -72,9 +72,9 @@ export type ObjectRow = {
 export type LiveRow = ObjectRow & { etag: string; last_modified: number; metadata: string };
 
 /** A live object's row with its inline body, if it has one, read in the same statement. */
-export type ReadRow = LiveRow & { inline_data: Buffer | null };
+type ReadRow = LiveRow & { inline_data: Buffer | null };
 
-export type ListRow = { key: string; size: number; etag: string; last_modified: number };
+type ListRow = { key: string; size: number; etag: string; last_modified: number };
 
 /**
  * The stored form of an object's metadata (the `metadata` column, JSON); `upload`: the multipart

@@ -42,7 +42,7 @@ CREATE TABLE IF NOT EXISTS fs_parts (
 CREATE UNIQUE INDEX IF NOT EXISTS fs_parts_blob ON fs_parts (blob);
 `;
 
-export type UploadRow = {
+type UploadRow = {
   upload_id: string;
   bucket: string;
   key: string;
@@ -63,9 +63,9 @@ export type PartRow = {
   last_modified: number;
 };
 
-export type NewUpload = CreateUploadInput & { uploadId: string; initiated: number };
+type NewUpload = CreateUploadInput & { uploadId: string; initiated: number };
 
-export type NewPart = {
+type NewPart = {
   ref: UploadRef;
   partNumber: number;
   blob: string;

@@ -36,7 +36,7 @@ import type { FsMetadataStore, FsVersion, StoredMetadata } from "./metadata-stor
 import { type FsMultipartMetadata, type PartRow, toUpload } from "./multipart-metadata.js";
 import type { FsObjectPort } from "./object-port.js";
 
-export type FsMultipartOptions = {
+type FsMultipartOptions = {
   clock: Clock;
   domain: EmbeddedDomain;
   /** Uploads initiated longer ago than this are aborted by sweepAbandoned(). */

@@ -1,7 +1,7 @@
 import type { StoreIdentity } from "./store-identity.js";
 
 /** Where a configured gateway bucket's objects are stored. */
-export type RouteLocation = {
+type RouteLocation = {
   /** The gateway bucket. */
   name: string;
   /** The configured backend's name ("default" for the `backend` section). */
@@ -14,7 +14,7 @@ export type RouteLocation = {
 };
 
 /** Two gateway buckets through which one stored object is reachable. */
-export type RouteOverlap = { first: RouteLocation; second: RouteLocation; message: string };
+type RouteOverlap = { first: RouteLocation; second: RouteLocation; message: string };
 
 /**
  * Every pair of configured gateway buckets that reach the same stored objects: the same store

@@ -38,7 +38,7 @@ export type BucketRoute = {
   store?: string;
 };
 
-export type RoutedBackendOptions = {
+type RoutedBackendOptions = {
   /** Configured gateway buckets. */
   routes: ReadonlyMap<string, BucketRoute>;
   /** Where every other bucket lives, under its own name and without a prefix. */

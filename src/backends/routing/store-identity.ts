@@ -21,7 +21,7 @@ export type StoreIdentity = {
 };
 
 /** What the configuration says about a backend, as far as telling stores apart needs. */
-export type StoreSpec =
+type StoreSpec =
   | { type: "fs"; root?: string | undefined }
   | { type: "s3"; endpoint?: string | undefined; region?: string | undefined }
   | {

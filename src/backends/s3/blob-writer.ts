@@ -4,7 +4,7 @@ import { abandoned } from "../backend-errors.js";
 import type { Store } from "./store.js";
 
 /** A body stored in full under its blob name, not yet referenced by any record. */
-export type WrittenBlob = { size: number; md5Hex: string };
+type WrittenBlob = { size: number; md5Hex: string };
 
 /**
  * Streams a body into a new blob with bounded memory: up to `partSize` bytes are buffered; a

@@ -22,7 +22,7 @@ const RETIRE_DELAY_MS = 1_000;
 const RETIRE_BATCH = 1000;
 
 /** What a commit found: the record, and the plain object at the key when it was looked up. */
-export type Current = {
+type Current = {
   read: ReadRecord | null;
   record: ObjectRecord | null;
   /** Looked up only when the record is absent or "plain", and the commit asked for it. */

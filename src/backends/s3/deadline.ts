@@ -4,7 +4,7 @@
  * request on the wire; the race makes the call give up on time even where the SDK would not look
  * at the signal (credential lookups, its retry bookkeeping).
  */
-export type Deadline = {
+type Deadline = {
   /** For the SDK: aborts at the deadline (reason: noAnswerInTime) or with the caller's signal. */
   signal: AbortSignal;
   /** `work`, or the deadline's error if the deadline comes first. */

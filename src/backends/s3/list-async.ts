@@ -2,7 +2,7 @@ import { ListPage, type SeekFrom, type SortedListResult } from "../list-helper.j
 import type { ListInput } from "../storage-backend.js";
 
 /** Like list-helper's SeekFn, for a source read over the network: entries arrive asynchronously. */
-export type AsyncSeekFn<E extends { key: string }> = (from: SeekFrom) => AsyncIterable<E>;
+type AsyncSeekFn<E extends { key: string }> = (from: SeekFrom) => AsyncIterable<E>;
 
 /**
  * list-helper's listSorted over an asynchronous seekable source, with the same S3 rules

@@ -37,7 +37,7 @@ import { type LiveVersion, liveOf } from "./records.js";
 import type { UploadStore } from "./upload-store.js";
 import { type PartManifest, toPartInfo, toUpload, type UploadManifest } from "./uploads.js";
 
-export type S3MultipartOptions = {
+type S3MultipartOptions = {
   partSizeBytes: number;
   /** Uploads initiated longer ago than this are aborted by sweepAbandoned(). */
   maxAgeMs: number;

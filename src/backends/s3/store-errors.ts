@@ -6,7 +6,7 @@ import { noSuchBucket } from "../backend-errors.js";
  * after S3's error code (with `$metadata.httpStatusCode` and `$response`), and plain Node errors
  * (`code` ECONNREFUSED...) or `TimeoutError` / `AbortError` for the transport.
  */
-export type StoreFailure =
+type StoreFailure =
   | "no-such-key"
   | "no-such-bucket"
   | "no-such-upload"

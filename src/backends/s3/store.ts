@@ -33,7 +33,7 @@ import { classifyStoreError, storeDomainError, storeStatus } from "./store-error
  * Content-Length; only GET bodies stream.
  */
 
-export type StoreOptions = {
+type StoreOptions = {
   endpoint?: string;
   region: string;
   credentials?: { accessKeyId: string; secretAccessKey: string; sessionToken?: string };
@@ -54,9 +54,9 @@ export type StoredObject = {
 
 export type ListedObject = { name: string; size: number; etag: string; lastModified: Date };
 
-export type ListPage = { objects: ListedObject[]; prefixes: string[]; next?: string };
+type ListPage = { objects: ListedObject[]; prefixes: string[]; next?: string };
 
-export type ListRequest = {
+type ListRequest = {
   prefix?: string;
   startAfter?: string;
   delimiter?: string;
@@ -71,7 +71,7 @@ export type ConditionalPut =
   | { outcome: "condition-failed" }
   | { outcome: "unknown"; error: unknown };
 
-export type PutRequest = {
+type PutRequest = {
   body: Buffer;
   ifMatch?: string;
   ifNoneMatch?: string;

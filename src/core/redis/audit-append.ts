@@ -65,7 +65,7 @@ export type InScriptAppends = {
 };
 
 /** An audit log in Redis whose records a lease store's scripts can append (InScriptAppends). */
-export interface AppendsInScript {
+interface AppendsInScript {
   readonly inScript: InScriptAppends;
 }
 

@@ -8,7 +8,7 @@ import {
 
 export const SIGV4_ALGORITHM = "AWS4-HMAC-SHA256";
 
-export type ParsedAuthorization = ParsedCredential & { signedHeaders: string[]; signature: string };
+type ParsedAuthorization = ParsedCredential & { signedHeaders: string[]; signature: string };
 
 const COMPONENTS: ReadonlySet<string> = new Set(["Credential", "SignedHeaders", "Signature"]);
 

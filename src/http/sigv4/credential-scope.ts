@@ -5,7 +5,7 @@ export type CredentialScope = { date: string; region: string; service: string };
 export type ParsedCredential = { accessKeyId: string; scope: CredentialScope };
 
 /** How a malformed credential is reported: header and query auth use different S3 codes. */
-export type ScopeErrorStyle = { code: DomainErrorCode; prefix: string };
+type ScopeErrorStyle = { code: DomainErrorCode; prefix: string };
 
 export const HEADER_STYLE: ScopeErrorStyle = {
   code: "AuthorizationHeaderMalformed",

@@ -8,9 +8,9 @@ import {
 } from "./credential-scope.js";
 import { decodeQueryComponent, type RawQueryParam } from "./query-string.js";
 
-export const MAX_PRESIGNED_EXPIRES_SECONDS = 604800;
+const MAX_PRESIGNED_EXPIRES_SECONDS = 604800;
 
-export type ParsedPresigned = ParsedCredential & {
+type ParsedPresigned = ParsedCredential & {
   amzDate: string;
   expiresSeconds: number;
   signedHeaders: string[];

@@ -6,7 +6,7 @@ import { canonicalQueryCandidates, decodeQueryComponent, type RawQueryParam } fr
 import type { RequestHeaders } from "./request-headers.js";
 import { hmacSha256 } from "./signing-key.js";
 
-export type SignatureInput = {
+type SignatureInput = {
   method: string;
   rawPath: string;
   params: readonly RawQueryParam[];

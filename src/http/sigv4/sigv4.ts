@@ -54,7 +54,7 @@ export type AuthResult = {
   signedHeaders: string[];
 };
 
-export const MAX_CLOCK_SKEW_MS = 15 * 60 * 1000;
+const MAX_CLOCK_SKEW_MS = 15 * 60 * 1000;
 
 /**
  * Authenticates a SigV4 request (Authorization header or presigned query). Throws

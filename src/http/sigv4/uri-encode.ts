@@ -4,7 +4,7 @@ const UNRESERVED = /[A-Za-z0-9\-._~]/;
  * AWS's UriEncode: every byte except the unreserved set becomes %XX (upper-case hex), so the
  * result differs from encodeURIComponent for !'()* and is the form SigV4 signs.
  */
-export function awsUriEncode(value: string): string {
+function awsUriEncode(value: string): string {
   let out = "";
   for (const ch of value) {
     if (UNRESERVED.test(ch)) {

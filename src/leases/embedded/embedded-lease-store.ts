@@ -25,7 +25,7 @@ import { createRetentionSweep } from "./retention.js";
 import { ACTIVE_SQL, isActiveRow, LEASE_COLUMNS, type LeaseRow, toLeaseRecord } from "./rows.js";
 import { migrateLeaseTables } from "./schema.js";
 
-export type EmbeddedLeaseStoreOptions = {
+type EmbeddedLeaseStoreOptions = {
   /**
    * The shared state database (src/sqlite/db.ts); not closed by the store. Default: a database
    * of the store's own in memory (nothing survives the process), closed with the store.

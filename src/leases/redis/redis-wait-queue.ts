@@ -37,7 +37,7 @@ const SCRIPTS = {
   announce: new LuaScript("announce", ANNOUNCE),
 };
 
-export type RedisWaitingDeps = {
+type RedisWaitingDeps = {
   /** The store's connection: commands run on it; wake-ups arrive on a duplicate of it. */
   redis: Redis;
   keyPrefix: string;

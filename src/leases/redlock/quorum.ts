@@ -94,9 +94,9 @@ export type Instance = {
 };
 
 /** One instance's answer: its reply, or the error that stands for "did not answer". */
-export type Answer = { inst: Instance; reply: unknown; error?: undefined } | { inst: Instance; error: Error };
+type Answer = { inst: Instance; reply: unknown; error?: undefined } | { inst: Instance; error: Error };
 
-export type Floor = {
+type Floor = {
   inst: Instance;
   known: boolean;
   last: number;
@@ -106,7 +106,7 @@ export type Floor = {
 };
 
 /** An answer that counts: from an instance that may vote, that answered. */
-export type Counted = { inst: Instance; reply: unknown };
+type Counted = { inst: Instance; reply: unknown };
 
 export type Quorum = ReturnType<typeof createQuorum>;
 

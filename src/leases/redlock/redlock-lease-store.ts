@@ -31,7 +31,7 @@ import { DEFAULTS, SHARED_SCRIPTS } from "../redis-shared/scripts.js";
 import { ACQUIRE_AT, BEGIN_COMMIT_AT, BREAK_AT, DISCARD, RESTORE } from "./lua/redlock-scripts.js";
 import { createQuorum, type Instance, merge, type Quorum, type QuorumOptions, tally } from "./quorum.js";
 
-export type RedlockLeaseStoreOptions = QuorumOptions & {
+type RedlockLeaseStoreOptions = QuorumOptions & {
   /** Records the store's lease events, right after each change has reached its majority. */
   events?: LeaseEvents;
   /** Minimum interval between retention sweeps (run from collectExpired). Default 1 min. */

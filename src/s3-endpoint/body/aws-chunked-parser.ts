@@ -1,6 +1,6 @@
 import { DomainError } from "../../core/errors.js";
 
-export type ChunkedParserEvents = {
+type ChunkedParserEvents = {
   /** A chunk header was read; size 0 is the final chunk. May throw to reject it. */
   chunkStart(size: number, signature: string | undefined): void;
   /** Decoded bytes of the current chunk (a view into the input: consume or copy at once). */
@@ -11,7 +11,7 @@ export type ChunkedParserEvents = {
 
 export type Trailer = readonly [name: string, value: string];
 
-export const MAX_LINE_BYTES = 4096;
+const MAX_LINE_BYTES = 4096;
 const MAX_TRAILERS = 16;
 
 type State = "size" | "data" | "data-cr" | "data-lf" | "trailer" | "done";

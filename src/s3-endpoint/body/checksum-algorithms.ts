@@ -16,7 +16,7 @@ export const CHECKSUM_ALGORITHMS: readonly ChecksumAlgorithm[] = [
 
 export type Hasher = { update(data: Buffer): void; digest(): Buffer };
 
-export const DIGEST_LENGTH: Readonly<Record<ChecksumAlgorithm, number>> = {
+const DIGEST_LENGTH: Readonly<Record<ChecksumAlgorithm, number>> = {
   CRC32: 4,
   CRC32C: 4,
   SHA1: 20,

@@ -2,7 +2,7 @@ import { createHash, createHmac, type Hash, timingSafeEqual } from "node:crypto"
 import { DomainError } from "../../core/errors.js";
 import { EMPTY_SHA256 } from "../../http/sigv4/payload-hash.js";
 
-export type ChunkSigningContext = {
+type ChunkSigningContext = {
   signingKey: Buffer;
   amzDate: string;
   /** "<date>/<region>/s3/aws4_request" */

@@ -29,7 +29,7 @@ export type DecodeRequestBodyOptions = {
   maxSize?: number;
 };
 
-export type DecodedRequestBody = {
+type DecodedRequestBody = {
   /** The decoded object bytes; errors (DomainError) instead of ending if verification fails. */
   stream: Readable;
   /** Resolves once the whole body is verified; rejects with the stream's error. */

@@ -7,7 +7,7 @@ import { type ChecksumAlgorithm, checksumHeaderName, decodeChecksumValue } from 
 import type { ChecksumExpectations } from "./checksum-headers.js";
 import type { ChunkSignatureChain } from "./chunk-signature.js";
 
-export type DecoderPlan = {
+type DecoderPlan = {
   mode: BodyMode;
   expectations: ChecksumExpectations;
   /** Checksums to compute and report. */

@@ -77,11 +77,7 @@ const CONFIGURATION_ELEMENTS = new Set(["LocationConstraint", "Location", "Bucke
  * (InvalidLocationConstraint). Returns the constraint the bucket keeps: "" for none and for
  * us-east-1, which S3 reports as an empty LocationConstraint.
  */
-export function checkCreateBucketConfiguration(
-  body: Buffer,
-  signingRegion: string,
-  region = "us-east-1",
-): string {
+function checkCreateBucketConfiguration(body: Buffer, signingRegion: string, region: string): string {
   if (body.toString("utf8").trim() === "") return "";
   const doc = parseXmlDocument(body, "CreateBucketConfiguration");
   for (const name of Object.keys(doc)) {

@@ -80,7 +80,7 @@ export const deleteObjects: S3Operation = async (req, { backend, fencer, access 
 };
 
 /** The whole Delete document, or MalformedXML / NotImplemented before anything is deleted. */
-export function parseDeleteBody(body: Buffer): { entries: Entry[]; quiet: boolean } {
+function parseDeleteBody(body: Buffer): { entries: Entry[]; quiet: boolean } {
   const doc = parseXmlDocument(body, "Delete");
   for (const name of Object.keys(doc)) {
     if (name !== "Object" && name !== "Quiet" && !(name === "#text" && String(doc[name]).trim() === "")) {

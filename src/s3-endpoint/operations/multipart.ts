@@ -306,7 +306,7 @@ export const listMultipartUploads: S3Operation = async (req, { backend }) => {
 };
 
 /** The part list of a CompleteMultipartUpload body; MalformedXML on anything else. */
-export function parseCompleteBody(raw: Buffer): CompletedPart[] {
+function parseCompleteBody(raw: Buffer): CompletedPart[] {
   const parts = children(parseXmlDocument(raw, "CompleteMultipartUpload"), "Part");
   if (parts.length === 0) throw malformed("at least one Part is required");
   return parts.map((part) => {

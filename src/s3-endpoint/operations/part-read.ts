@@ -64,7 +64,7 @@ export function wholeObjectAsPart(info: ObjectInfo, headers: Record<string, stri
 }
 
 /** The part count of a multipart ETag (`"<hex>-N"`); undefined for an object stored in one piece. */
-export function partsCount(etag: string): number | undefined {
+function partsCount(etag: string): number | undefined {
   const m = /-(\d+)"?$/.exec(etag);
   return m ? Number(m[1]) : undefined;
 }

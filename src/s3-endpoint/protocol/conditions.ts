@@ -5,7 +5,7 @@ import { etagListMatches } from "../../core/etag.js";
 import { headerValue } from "../../http/sigv4/index.js";
 
 /** The outcome of evaluating conditional headers against an object. */
-export type ConditionResult = "proceed" | "not-modified";
+type ConditionResult = "proceed" | "not-modified";
 
 type Names = { ifMatch: string; ifNoneMatch: string; ifModifiedSince: string; ifUnmodifiedSince: string };
 

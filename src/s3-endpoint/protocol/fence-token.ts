@@ -1,9 +1,8 @@
 import { DomainError } from "../../core/errors.js";
 import { header, type S3Request } from "./context.js";
 
-export const FENCE_TOKEN_HEADER = "x-fence-token";
+const FENCE_TOKEN_HEADER = "x-fence-token";
 export const FENCE_TOKEN_META_HEADER = "x-amz-meta-fence-token";
-export const FENCE_TOKEN_QUERY = "x-fence-token";
 
 /**
  * The fencing token a write carries: the x-fence-token header, the fence-token user-metadata
@@ -17,7 +16,7 @@ export function fenceTokenOf(req: Pick<S3Request, "headers" | "query">): string 
   });
 }
 
-export const FENCE_TRANSACTION_HEADER = "x-fence-transaction";
+const FENCE_TRANSACTION_HEADER = "x-fence-transaction";
 export const FENCE_TRANSACTION_META_HEADER = "x-amz-meta-fence-transaction";
 
 /**

@@ -55,7 +55,7 @@ const isFenceMetadata = (name: string) =>
   name === FENCE_TOKEN_META_HEADER || name === FENCE_TRANSACTION_META_HEADER;
 
 /** Object metadata from a write's headers. The fence-token and fence-transaction metadata are never stored. */
-export function metadataFromHeaders(headers: IncomingHttpHeaders): ObjectMetadata {
+function metadataFromHeaders(headers: IncomingHttpHeaders): ObjectMetadata {
   const std: ObjectHeaders = {};
   for (const [field, name] of STANDARD) {
     const v = headerValue(headers, name);

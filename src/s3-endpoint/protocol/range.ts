@@ -1,5 +1,5 @@
 /** A `Range: bytes=…` header. S3 serves one range; anything it cannot parse is ignored (whole object). */
-export type RangeRequest = { start?: number; end?: number; suffix?: number };
+type RangeRequest = { start?: number; end?: number; suffix?: number };
 
 export function parseRange(value: string): RangeRequest | undefined {
   const m = /^bytes=(\d*)-(\d*)$/.exec(value.trim());

@@ -17,10 +17,6 @@ export async function readBounded(body: Readable, limit: number): Promise<Buffer
   return Buffer.concat(chunks);
 }
 
-export async function drainBounded(body: Readable, limit: number): Promise<void> {
-  await readBounded(body, limit);
-}
-
 /**
  * S3 refuses an object upload that declares no length: neither Content-Length nor chunked
  * transfer encoding (whose length the aws-chunked framing or the stream end gives).

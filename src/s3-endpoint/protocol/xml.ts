@@ -42,7 +42,7 @@ function renderElement(name: string, value: XmlValue): string {
   return `<${name}>${escapeXml(String(value))}</${name}>`;
 }
 
-export function escapeXml(text: string): string {
+function escapeXml(text: string): string {
   return (
     text
       .replace(/[&<>"']/g, (c) => ESCAPES[c]!)
