@@ -151,10 +151,13 @@ describe("FenceClient.using()", () => {
 
   it("aborts the work and rejects with LeaseLostError when a renewal is refused (lease released by an admin)", async () => {
     let workAborted = false;
-    let leaseId = "";
+    let granted!: (leaseId: string) => void;
+    const leaseId = new Promise<string>((resolve) => {
+      granted = resolve;
+    });
     const started = Date.now();
     const outcome = fence.using({ bucket: "handle", key: "refused", ttlMs: 1_500 }, async (lease) => {
-      leaseId = lease.leaseId;
+      granted(lease.leaseId);
       // The work honours the signal; it would otherwise run for 20 s.
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, 20_000);
@@ -166,8 +169,8 @@ describe("FenceClient.using()", () => {
       });
       return "finished";
     });
-    await sleep(100);
-    await fence.release(leaseId);
+    // Released by someone else once the work has started (a busy machine may take a while to grant).
+    await fence.release(await leaseId);
     const err = await outcome.then(
       () => new Error("using() resolved"),
       (e: unknown) => e,
