@@ -5,7 +5,7 @@ import type { FencedCommit, WriteConditions } from "../fence/commit.js";
 import type { EarlyState, TransactionLog } from "../fence/commit-port.js";
 
 /**
- * The contract every storage backend (fs, memory, s3, azure) fulfils, and every type backends
+ * The contract every storage backend (fs, s3, azure) fulfils, and every type backends
  * share. Bytes stream through; no method reads a whole object body into memory.
  *
  * Writes commit through a FencedCommit (src/fence/commit.ts): the backend applies the commit's
@@ -283,7 +283,7 @@ export interface MultipartStore {
 type BackendCapabilities = {
   /**
    * The domain of the backend's atomic step when it can run code inside it (FencedCommit.atomic):
-   * the embedded database, or memory. Absent for remote stores.
+   * the embedded database. Absent for remote stores.
    */
   domain?: TxDomain;
 };

@@ -7,8 +7,8 @@ import type { TxDomain } from "../core/tx.js";
  * compare-and-swap loop, what a lost or late answer means, and the cleanup of a refused write.
  *
  * Two kinds of backend:
- * - a **step** backend (the embedded fs backend, memory) can run code inside one atomic step of
- *   its domain: the driver reads, decides and changes in that one step (StepPort);
+ * - a **step** backend (the embedded fs backend) can run code inside one atomic step of its
+ *   domain: the driver reads, decides and changes in that one step (StepPort);
  * - a **compare-and-swap** backend (S3, Azure) can only read an object's state and replace it
  *   conditionally: the driver reads, decides, and swaps only if the state is still the one read
  *   (CasPort). Every state it stores keeps the ids of the last WRITE_HISTORY writes that made
@@ -262,7 +262,7 @@ export type StepResult = {
   cleanup?: () => Promise<void>;
 };
 
-/** A backend that runs code inside one atomic step of its domain (embedded fs, memory). */
+/** A backend that runs code inside one atomic step of its domain (embedded fs). */
 export interface StepPort<S> {
   readonly kind: "step";
   readonly domain: TxDomain;

@@ -17,8 +17,8 @@ import type { EarlyState, ObjectRef, StepPort } from "./commit-port.js";
  *
  * Rule 4 (the lease is still current) is checked atomically with the commit in one of two ways,
  * decided by the fencing core from the components' domains:
- * - same domain (the embedded default, or all in memory): `atomic` re-reads the lease inside the
- *   backend's step, so no grant or expiry can land between the check and the commit;
+ * - same domain (the embedded default): `atomic` re-reads the lease inside the backend's step,
+ *   so no grant or expiry can land between the check and the commit;
  * - different places (S3 or Azure next to any lease store): `prepare` registers a commit intent
  *   in the lease store in the same atomic operation that checks the lease. A grant on an
  *   overlapping resource first raises the HCT of every object with an intent of an ended lease

@@ -27,11 +27,11 @@ import type { CommitAnswer, TransactionObject, TransactionState, TransactionView
  * it is then, the lease checked, the transaction's record written, all in the same step. A
  * refusal anywhere changes nothing, and the transaction is aborted.
  *
- * Where it runs: on backends that commit in atomic steps (the embedded filesystem backend, and
- * the in-memory one). The lease check is in the step when the lease store shares the backend's
- * domain (the embedded default); otherwise every key first gets a commit intent, the lease store's
- * atomic check-and-record, as a single write would (src/fence/commit.ts), and a grant that
- * supersedes the lease meanwhile fences those keys so that the step refuses.
+ * Where it runs: on backends that commit in atomic steps (the embedded filesystem backend). The
+ * lease check is in the step when the lease store shares the backend's domain (the embedded
+ * default); otherwise every key first gets a commit intent, the lease store's atomic
+ * check-and-record, as a single write would (src/fence/commit.ts), and a grant that supersedes
+ * the lease meanwhile fences those keys so that the step refuses.
  *
  * Open transactions live in this gateway's memory: a restart aborts them (their staged bytes are
  * unreferenced and collected when the backend opens). What a commit did is in the audit log.

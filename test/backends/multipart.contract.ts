@@ -17,10 +17,10 @@ import { failingVerifiedBody, md5Etag, metadataOf, readAll, sleep, verifiedBody 
 import type { BackendFixture } from "./storage-backend.contract.js";
 
 /**
- * The conformance suite of every backend's MultipartStore (fs, memory, s3, azure): assembly, S3's
- * rules for part numbers and part lists, listings, the age sweep, and the fencing rules the
- * backend owns (an upload records its binding; creation and parts check the HCT without raising
- * it; the HCT check is atomic with the completion, and a refused completion changes nothing).
+ * The conformance suite of every backend's MultipartStore (fs, s3, azure): assembly, S3's rules
+ * for part numbers and part lists, listings, the age sweep, and the fencing rules the backend owns
+ * (an upload records its binding; creation and parts check the HCT without raising it; the HCT
+ * check is atomic with the completion, and a refused completion changes nothing).
  */
 
 /** Backends under this suite abort uploads initiated longer ago than this in sweepAbandoned(). */
@@ -612,7 +612,7 @@ export function describeMultipartContract(name: string, factory: MultipartFactor
     });
 
     it("keeps uploads and their parts across a restart", async (ctx) => {
-      // A backend that keeps nothing across a restart (memory) has no reopen.
+      // A fixture that cannot open its backend again on the same state has no reopen.
       if (!fx.reopen) return ctx.skip();
       const uploadId = await create(5);
       const { a, b, parts } = await twoParts(uploadId);

@@ -23,10 +23,10 @@ import {
 } from "../support/bodies.js";
 
 /**
- * The conformance suite every StorageBackend passes (fs, memory, s3, azure). It checks S3
- * semantics and the fencing safety rules the backend owns: the HCT rule is atomic with the
- * commit, the HCT never decreases (deletes, bucket re-creation, restarts), a refused or failed
- * write changes nothing, and the commit contract (src/fence/commit.ts) is honoured.
+ * The conformance suite every StorageBackend passes (fs, s3, azure). It checks S3 semantics and
+ * the fencing safety rules the backend owns: the HCT rule is atomic with the commit, the HCT never
+ * decreases (deletes, bucket re-creation, restarts), a refused or failed write changes nothing,
+ * and the commit contract (src/fence/commit.ts) is honoured.
  */
 
 export type BackendFixture = {
@@ -621,7 +621,7 @@ export function describeStorageBackendContract(name: string, factory: BackendFac
       });
 
       it("keeps objects and HCTs (live and deleted) across a restart", async (ctx) => {
-        // A backend that keeps nothing across a restart (memory) has no reopen.
+        // A fixture that cannot open its backend again on the same state (routed) has no reopen.
         if (!fixture.reopen) return ctx.skip();
         const metadata = metadataOf({ who: "before restart" }, { headers: { contentType: "text/plain" } });
         const written = await put("live", "still here", 20, { metadata });

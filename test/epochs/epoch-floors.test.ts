@@ -5,25 +5,26 @@
  */
 import { readdirSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { createMemoryBackend } from "../../src/backends/memory/memory-backend.js";
 import { legacyObjectFloor, withFloors } from "../../src/epochs/epoch-floors.js";
 import { unfencedCommit } from "../../src/fence/commit.js";
 import { createFileEpochStore } from "../../src/leases/redis-shared/file-epoch-store.js";
+import { fsFixture } from "../backends/fs/fs-fixture.js";
 import { verifiedBody } from "../support/bodies.js";
 import { tempDir } from "../support/temp.js";
 
 describe("epochs in the data directory, above the epoch objects an older version left", () => {
   it("counts the live legacy objects under the prefix, creates files only", async () => {
-    const backend = createMemoryBackend();
-    await backend.createBucket("old");
-    for (const key of ["epochs/0000004", "epochs/0000009", "epochs/notes", "other/0000042"]) {
-      await backend.putObject(
-        { bucket: "old", key, body: verifiedBody("{}"), metadata: { headers: {}, userMetadata: {} } },
-        unfencedCommit(),
-      );
-    }
+    const store = await fsFixture();
     const dir = tempDir("fencegate-fs-epochs-");
     try {
+      const { backend } = store;
+      await backend.createBucket("old");
+      for (const key of ["epochs/0000004", "epochs/0000009", "epochs/notes", "other/0000042"]) {
+        await backend.putObject(
+          { bucket: "old", key, body: verifiedBody("{}"), metadata: { headers: {}, userMetadata: {} } },
+          unfencedCommit(),
+        );
+      }
       const files = createFileEpochStore(dir.path);
       const epochs = withFloors(files, [legacyObjectFloor(backend, "old", "epochs/")]);
       expect(await files.highest()).toBe(-1);
@@ -35,6 +36,7 @@ describe("epochs in the data directory, above the epoch objects an older version
       expect(await legacyObjectFloor(backend, "missing", "epochs/")()).toBe(-1);
     } finally {
       dir.cleanup();
+      await store.cleanup();
     }
   });
 });

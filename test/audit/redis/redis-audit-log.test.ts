@@ -12,11 +12,11 @@ import {
   type RedisAuditLog,
   type RedisAuditLogOptions,
 } from "../../../src/audit/redis/redis-audit-log.js";
-import { createMemoryBackend } from "../../../src/backends/memory/memory-backend.js";
 import { fakeClock } from "../../../src/core/clock.js";
 import { LuaScript } from "../../../src/core/lua-source.js";
 import { AUDIT_APPEND_LUA } from "../../../src/core/redis/audit-append.js";
 import { createBackendArchiveStore } from "../../../src/server/backend-archive-store.js";
+import { fsFixture } from "../../backends/fs/fs-fixture.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";
 import { requireTools } from "../../support/tools.js";
@@ -533,7 +533,9 @@ return audit_append({t = ARGV[3], op = 'LeaseAcquired', b = 'b', p = 'logs/', to
     });
 
     it("archives to a bucket of the storage backend just as well", async () => {
-      const backend = createMemoryBackend();
+      const store = await fsFixture();
+      opened.push({ close: store.cleanup });
+      const { backend } = store;
       await backend.createBucket("audit-archive");
       const archive = createBackendArchiveStore({ backend, bucket: "audit-archive" });
       const clock = fakeClock();

@@ -8,7 +8,14 @@ import { BlobStore } from "../../../src/backends/fs/blob-store.js";
 import { createFsBackend, type FsBackend, INLINE_MAX_BYTES } from "../../../src/backends/fs/index.js";
 import { fencedCommit } from "../../../src/fence/commit.js";
 import { openEmbeddedDb } from "../../../src/sqlite/db.js";
-import { failingVerifiedBody, metadataOf, readAll, verifiedBody } from "../../support/bodies.js";
+import {
+  bodyOf,
+  failingVerifiedBody,
+  md5Etag,
+  metadataOf,
+  readAll,
+  verifiedBody,
+} from "../../support/bodies.js";
 import { describeStorageBackendContract } from "../storage-backend.contract.js";
 import { type FsFixture, fsFixture } from "./fs-fixture.js";
 
@@ -123,6 +130,76 @@ describe("fs backend", () => {
     const got = await fx.current().getObject("bucket", "k");
     expect((await readAll(got.body)).toString()).toBe(large("new"));
     expect(got.info.size).toBe(large("new").length);
+  });
+
+  it("serves the version a GET found, even when an overwrite commits before its body is read", async () => {
+    const fx = await open();
+    const old = Buffer.alloc(300 * 1024, "a");
+    await fx
+      .current()
+      .putObject(
+        { bucket: "bucket", key: "k", body: verifiedBody(old), metadata: metadataOf() },
+        fencedCommit(1),
+      );
+    const got = await fx.current().getObject("bucket", "k");
+    const ranged = await fx.current().getObject("bucket", "k", { start: 10, end: 19 });
+    await fx.current().putObject(
+      {
+        bucket: "bucket",
+        key: "k",
+        body: verifiedBody(Buffer.alloc(300 * 1024, "b")),
+        metadata: metadataOf(),
+      },
+      fencedCommit(2),
+    );
+    await fx.current().deleteObject({ bucket: "bucket", key: "k" }, fencedCommit(3));
+    expect((await readAll(got.body)).equals(old)).toBe(true);
+    expect(got.info.etag).toBe(md5Etag(old));
+    expect((await readAll(ranged.body)).toString()).toBe("a".repeat(10));
+  });
+
+  it("keeps its own copy of bodies and metadata", async () => {
+    const fx = await open();
+    const chunk = Buffer.from("original");
+    const metadata = metadataOf({ who: "writer" });
+    await fx.current().putObject(
+      {
+        bucket: "bucket",
+        key: "k",
+        body: { stream: bodyOf(chunk), digest: Promise.resolve({ size: 8, checksums: {} }) },
+        metadata,
+      },
+      fencedCommit(null),
+    );
+    chunk.fill("x");
+    metadata.userMetadata.who = "changed later";
+    const head = await fx.current().headObject("bucket", "k");
+    head.userMetadata.who = "changed by a reader";
+    expect((await readAll((await fx.current().getObject("bucket", "k")).body)).toString()).toBe("original");
+    expect((await fx.current().headObject("bucket", "k")).userMetadata).toEqual({ who: "writer" });
+  });
+
+  it("refuses every call after close with ServiceUnavailable", async () => {
+    const fx = await open();
+    const backend = fx.current();
+    await put(backend, "k", "v", 1);
+    await backend.close();
+    const calls: Array<() => Promise<unknown>> = [
+      () => backend.listBuckets(),
+      () => backend.createBucket("another"),
+      () => backend.headBucket("bucket"),
+      () => backend.deleteBucket("bucket"),
+      () => backend.writeState("bucket", "k"),
+      () => put(backend, "k", "v2", 2),
+      () => backend.deleteObject({ bucket: "bucket", key: "k" }, fencedCommit(2)),
+      () => backend.raiseHighestToken("bucket", "k", 2),
+      () => backend.headObject("bucket", "k"),
+      () => backend.getObject("bucket", "k"),
+      () => backend.listObjects({ bucket: "bucket", maxKeys: 1 }),
+      () => backend.highestToken("bucket", "k"),
+      () => backend.multipart.sweepAbandoned(),
+    ];
+    for (const call of calls) await expect(call()).rejects.toMatchObject({ code: "ServiceUnavailable" });
   });
 
   it("keeps its tables in the shared database under the fs_ prefix", async () => {

@@ -1,16 +1,35 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { createMemoryBackend } from "../../../src/backends/memory/index.js";
+import type { FsBackend } from "../../../src/backends/fs/index.js";
 import { type BucketRoute, RoutedBackend } from "../../../src/backends/routing/routed-backend.js";
 import type { StorageBackend } from "../../../src/backends/storage-backend.js";
 import { fencedCommit } from "../../../src/fence/commit.js";
 import { metadataOf, readAll, verifiedBody } from "../../support/bodies.js";
+import { type FsFixture, fsFixture } from "../fs/fs-fixture.js";
 import { describeStorageBackendContract } from "../storage-backend.contract.js";
 
 // The routing layer itself honours the whole contract (everything passes through it).
-describeStorageBackendContract("routed (memory behind it)", async () => {
-  const backend = new RoutedBackend({ routes: new Map(), fallback: createMemoryBackend() });
-  return { backend, cleanup: () => backend.close() };
+describeStorageBackendContract("routed (fs behind it)", async () => {
+  const fx = await fsFixture();
+  const backend = new RoutedBackend({ routes: new Map(), fallback: fx.backend });
+  return {
+    backend,
+    cleanup: async () => {
+      await backend.close();
+      await fx.cleanup();
+    },
+  };
 });
+
+/** fs backends, each on a fresh data directory, removed after each test. */
+const opened: FsFixture[] = [];
+afterEach(async () => {
+  for (const fx of opened.splice(0)) await fx.cleanup();
+});
+async function fsBackend(): Promise<FsBackend> {
+  const fx = await fsFixture();
+  opened.push(fx);
+  return fx.current();
+}
 
 describe("routed backend: buckets mapped to a target and a prefix", () => {
   let routed: RoutedBackend;
@@ -21,8 +40,8 @@ describe("routed backend: buckets mapped to a target and a prefix", () => {
   });
 
   async function open() {
-    store = createMemoryBackend();
-    other = createMemoryBackend();
+    store = await fsBackend();
+    other = await fsBackend();
     await store.createBucket("shared-target");
     await other.createBucket("elsewhere");
     const routes = new Map<string, BucketRoute>([
@@ -167,7 +186,7 @@ describe("routed backend: one stored object, one gateway name", () => {
   }
 
   it("the fallback refuses a store bucket that configured buckets keep their objects in, and does not list it", async () => {
-    const store = createMemoryBackend();
+    const store = await fsBackend();
     routed = new RoutedBackend({
       routes: new Map<string, BucketRoute>([
         ["reports", { backend: store, target: "shared", prefix: "reports/" }],
@@ -188,9 +207,9 @@ describe("routed backend: one stored object, one gateway name", () => {
   });
 
   it("also when the route's backend is another backend of the same store", async () => {
-    const fallback = createMemoryBackend();
-    const sameStore = createMemoryBackend(); // stands for a second backend configured on one store
-    const otherStore = createMemoryBackend();
+    const fallback = await fsBackend();
+    const sameStore = await fsBackend(); // stands for a second backend configured on one store
+    const otherStore = await fsBackend();
     routed = new RoutedBackend({
       routes: new Map<string, BucketRoute>([
         ["reports", { backend: sameStore, target: "shared", prefix: "reports/", store: "s3:one" }],
@@ -207,8 +226,8 @@ describe("routed backend: one stored object, one gateway name", () => {
   });
 
   it("a target that is itself a configured gateway bucket goes by its own route", async () => {
-    const store = createMemoryBackend();
-    const other = createMemoryBackend();
+    const store = await fsBackend();
+    const other = await fsBackend();
     routed = new RoutedBackend({
       routes: new Map<string, BucketRoute>([
         ["alias", { backend: store, target: "data", prefix: "" }],

@@ -11,7 +11,6 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { createEmbeddedAuditLog } from "../../../src/audit/embedded/embedded-audit-log.js";
-import { createMemoryBackend } from "../../../src/backends/memory/index.js";
 import type { FencedCommit } from "../../../src/backends/storage-backend.js";
 import { fakeClock } from "../../../src/core/clock.js";
 import { DomainError } from "../../../src/core/errors.js";
@@ -29,6 +28,7 @@ import {
   createRedlockLeaseStore,
   type RedlockLeaseStore,
 } from "../../../src/leases/redlock/redlock-lease-store.js";
+import { fsFixture } from "../../backends/fs/fs-fixture.js";
 import { readAll, verifiedBody } from "../../support/bodies.js";
 import { type RedisServer, startRedis } from "../../support/redis.js";
 import { tempDir } from "../../support/temp.js";
@@ -281,7 +281,9 @@ describe("through the lease service, with a real backend object", () => {
     const audit = createEmbeddedAuditLog({ gatewayId: "gw" });
     cleanups.push(() => audit.close());
     const q = await quorum({ events: audit });
-    const backend = createMemoryBackend({ clock: q.clock });
+    const fs = await fsFixture({ clock: q.clock });
+    cleanups.push(() => fs.cleanup());
+    const { backend } = fs;
     await backend.createBucket(BUCKET);
     const keyring = makeKeyring([{ id: "k1", secret: Buffer.alloc(32, 7) }]);
     const leases = new LeaseService({

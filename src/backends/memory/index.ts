@@ -1,2 +1,0 @@
-export { createMemoryBackend, MemoryBackend, type MemoryBackendOptions } from "./memory-backend.js";
-export { type MemoryMultipartOptions, MemoryMultipartStore } from "./memory-multipart.js";
