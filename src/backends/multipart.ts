@@ -196,16 +196,17 @@ export function seekUploads<E extends UploadMarker>(
   });
 }
 
+/** Uploads this process initiated: orders those of one millisecond by initiation. */
+let uploadSequence = 0;
+
 /**
  * A new upload id: 44 hex digits, the initiation time (12) first, so that ordering an object's
- * uploads by id orders them by initiation, as S3 lists them; then 16 random bytes, or, given a
- * sequence (uploads of one process initiated within the same millisecond), 8 digits of it and
- * 12 random bytes.
+ * uploads by id orders them by initiation, as S3 lists them; then 8 digits of this process's
+ * sequence (uploads initiated within the same millisecond keep their order) and 12 random bytes.
  */
-export function newUploadId(initiated: number, sequence?: number): string {
+export function newUploadId(initiated: number): string {
   const time = Math.max(0, initiated).toString(16).padStart(12, "0");
-  if (sequence === undefined) return `${time}${randomBytes(16).toString("hex")}`;
-  const seq = (sequence % 0x1_0000_0000).toString(16).padStart(8, "0");
+  const seq = (uploadSequence++ % 0x1_0000_0000).toString(16).padStart(8, "0");
   return `${time}${seq}${randomBytes(12).toString("hex")}`;
 }
 

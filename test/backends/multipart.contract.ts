@@ -566,6 +566,15 @@ export function describeMultipartContract(name: string, factory: MultipartFactor
       });
     });
 
+    it("orders uploads of one key created within one millisecond by initiation", async () => {
+      const ids: string[] = [];
+      // With a clock the suite holds, every upload has the same initiation time.
+      for (let i = 0; i < 20; i++) ids.push(await create(null, "same"));
+      for (const id of ids) expect(id).toMatch(/^[0-9a-f]{44}$/);
+      const listed = await mp().listUploads({ bucket, maxUploads: 100 });
+      expect(listed.uploads.map((u) => u.uploadId)).toEqual(ids);
+    });
+
     it("continues after an upload id marker whose upload is gone by now", async () => {
       const ids: string[] = [];
       for (let i = 0; i < 3; i++) {

@@ -58,9 +58,6 @@ type S3MultipartOptions = {
  * manifests and part blobs. A refused completion removes the assembled blob and keeps the upload.
  */
 export class S3MultipartStore implements MultipartStore {
-  /** Orders uploads initiated within the same millisecond by initiation. */
-  private sequence = 0;
-
   constructor(
     private readonly ctx: S3Context,
     private readonly uploads: UploadStore,
@@ -75,7 +72,7 @@ export class S3MultipartStore implements MultipartStore {
     const initiated = this.ctx.clock();
     const manifest: UploadManifest = {
       v: 1,
-      uploadId: newUploadId(initiated, this.sequence++),
+      uploadId: newUploadId(initiated),
       key: input.key,
       metadata: structuredClone(input.metadata),
       token: input.token,
