@@ -187,24 +187,12 @@ export class Lease implements AsyncDisposable {
    */
   async transaction<T>(fn: (tx: Transaction) => Promise<T> | T): Promise<TransactionResult<T>> {
     const tx = await this.openTransaction();
-    let value: T;
-    try {
-      const work = Promise.resolve().then(() => fn(tx));
-      const lost = new Promise<never>((_, reject) => {
-        const fail = () => reject(this.signal.reason);
-        if (this.signal.aborted) fail();
-        else this.signal.addEventListener("abort", fail, { once: true });
-      });
-      // Whichever loses the race must not become an unhandled rejection.
-      work.catch(() => undefined);
-      lost.catch(() => undefined);
-      value = await Promise.race([work, lost]);
-    } catch (e) {
-      await tx.abort().catch(() => undefined);
-      throw e;
-    }
-    const commit = await tx.commit();
-    return { value, commit };
+    const value = await whileHeld(
+      this.signal,
+      () => fn(tx),
+      () => tx.abort(),
+    );
+    return { value, commit: await tx.commit() };
   }
 
   /** Renews now (the background renewal does this by itself). */
@@ -352,6 +340,33 @@ export class Lease implements AsyncDisposable {
   #stopTimers(): void {
     clearTimeout(this.#renewTimer);
     clearTimeout(this.#expiryTimer);
+  }
+}
+
+/**
+ * Runs `fn` while a lease is held: resolves with what it resolves with, or rejects at once with
+ * the LeaseLostError when `lost` fires first, without waiting for `fn`. On either rejection,
+ * `undo` runs first (best effort: its own failure is not reported).
+ */
+export async function whileHeld<T>(
+  lost: AbortSignal,
+  fn: () => Promise<T> | T,
+  undo: () => Promise<unknown>,
+): Promise<T> {
+  const work = Promise.resolve().then(fn);
+  const loss = new Promise<never>((_, reject) => {
+    const fail = () => reject(lost.reason);
+    if (lost.aborted) fail();
+    else lost.addEventListener("abort", fail, { once: true });
+  });
+  // Whichever loses the race must not become an unhandled rejection.
+  work.catch(() => undefined);
+  loss.catch(() => undefined);
+  try {
+    return await Promise.race([work, loss]);
+  } catch (e) {
+    await undo().catch(() => undefined);
+    throw e;
   }
 }
 
