@@ -80,6 +80,12 @@ export async function clientFromEnv(env = process.env): Promise<FenceClient> {
   });
 }
 
+/** `fn` called with a client from the environment, its API errors made CliErrors (withApiErrors). */
+export async function callGateway<T>(fn: (client: FenceClient) => Promise<T>): Promise<T> {
+  const client = await clientFromEnv();
+  return withApiErrors(() => fn(client));
+}
+
 export function intOption(name: string, value: string | undefined, fallback?: number): number | undefined {
   if (value === undefined) return fallback;
   if (!/^\d+$/.test(value))
