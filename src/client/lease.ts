@@ -198,13 +198,8 @@ export class Lease implements AsyncDisposable {
   /** Renews now (the background renewal does this by itself). */
   async renew(ttlMs?: number): Promise<LeaseRecord> {
     this.throwIfLost();
-    const sentAt = performance.now();
     try {
-      const record = await this.#api.renew(this.leaseId, ttlMs ?? this.#record.ttlMs, {
-        signal: this.#controller.signal,
-      });
-      if (this.#state === "held") this.#renewed(record, sentAt);
-      return record;
+      return await this.#renewOnce(ttlMs ?? this.#record.ttlMs);
     } catch (e) {
       if (isLoss(e)) this.#lose(e);
       throw this.#state === "lost" ? this.#lostError : e;
@@ -247,30 +242,35 @@ export class Lease implements AsyncDisposable {
     return api as TransactionApi;
   }
 
-  #renewed(record: LeaseRecord, sentAt: number): void {
-    this.#record = record;
-    this.#deadline = sentAt + record.ttlMs;
-    this.#armExpiry();
-    this.#scheduleRenewal();
+  /** One renewal; its answer, while the lease is held, starts a new term from when it was sent. */
+  async #renewOnce(ttlMs: number): Promise<LeaseRecord> {
+    const sentAt = performance.now();
+    const record = await this.#api.renew(this.leaseId, ttlMs, { signal: this.#controller.signal });
+    if (this.#state === "held") {
+      this.#record = record;
+      this.#deadline = sentAt + record.ttlMs;
+      this.#armExpiry();
+      this.#scheduleRenewal();
+    }
+    return record;
   }
 
   #scheduleRenewal(): void {
     clearTimeout(this.#renewTimer);
     const { from, to } = this.#renewAt;
-    const delay = this.#record.ttlMs * (from + Math.random() * (to - from));
-    this.#renewTimer = setTimeout(() => void this.#backgroundRenew(), delay);
+    this.#renewIn(this.#record.ttlMs * (from + Math.random() * (to - from)));
+  }
+
+  #renewIn(ms: number): void {
+    this.#renewTimer = setTimeout(() => void this.#backgroundRenew(), ms);
     // A forgotten lease must not keep the process alive; it then expires at the gateway.
     this.#renewTimer.unref();
   }
 
   async #backgroundRenew(): Promise<void> {
     if (this.#state !== "held") return;
-    const sentAt = performance.now();
     try {
-      const record = await this.#api.renew(this.leaseId, this.#record.ttlMs, {
-        signal: this.#controller.signal,
-      });
-      if (this.#state === "held") this.#renewed(record, sentAt);
+      await this.#renewOnce(this.#record.ttlMs);
     } catch (e) {
       if (this.#state !== "held") return;
       if (isLoss(e)) {
@@ -280,9 +280,7 @@ export class Lease implements AsyncDisposable {
       // Not an answer about the lease (connection, 5xx): try again while it can still be alive;
       // the expiry timer ends it if no renewal gets through in time.
       const left = this.#deadline - performance.now();
-      const retryIn = Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, left / 4));
-      this.#renewTimer = setTimeout(() => void this.#backgroundRenew(), retryIn);
-      this.#renewTimer.unref();
+      this.#renewIn(Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, left / 4)));
     }
   }
 
