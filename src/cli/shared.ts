@@ -1,3 +1,4 @@
+import type { FenceApiError } from "../client/errors.js";
 import type { FenceClient } from "../client/fence-client.js";
 import type { HeldBy as WireHeldBy } from "../client/types.js";
 
@@ -105,7 +106,7 @@ export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
       throw new CliError(`outcome unknown, ${e.code}${status}: ${e.message}`, EXIT.outcomeUnknown);
     }
     if (e instanceof FenceApiError) {
-      let message = `${e.code} (HTTP ${e.status}): ${e.message}`;
+      let message = apiErrorLine(e);
       const heldBy = e.details.heldBy as HeldBy | undefined;
       if (e.code === "LeaseHeld" && heldBy) message += `; ${describeHolder(heldBy)}`;
       throw new CliError(message, exitCodeOf(e.code, e.status));
@@ -113,6 +114,11 @@ export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
     if (e instanceof FenceConnectionError) throw new CliError(e.message, EXIT.unavailable);
     throw e;
   }
+}
+
+/** An error the gateway answered, in one line: its code, status and message. */
+export function apiErrorLine(e: FenceApiError): string {
+  return `${e.code} (HTTP ${e.status}): ${e.message}`;
 }
 
 export function describeHolder(h: HeldBy): string {

@@ -1,6 +1,6 @@
 import type { TransactionObject, TransactionView } from "../client/types.js";
 import { type Column, fromNow, type Out, outputMode, printList, printOne } from "./output.js";
-import { CliError, callGateway, EXIT } from "./shared.js";
+import { apiErrorLine, CliError, callGateway, EXIT } from "./shared.js";
 
 const OBJECT_COLUMNS: ReadonlyArray<Column<TransactionObject>> = [
   ["KEY", (o) => o.key],
@@ -45,10 +45,7 @@ export async function commit(transactionId: string, opts: Out): Promise<number> 
       const { FenceApiError, OutcomeUnknownError } = await import("../client/errors.js");
       // A refusal (409), whatever its code: nothing of the transaction is visible.
       if (e instanceof FenceApiError && !(e instanceof OutcomeUnknownError) && e.status === 409) {
-        throw new CliError(
-          `${e.code} (HTTP ${e.status}): ${e.message}; nothing of the transaction is visible`,
-          EXIT.commitRefused,
-        );
+        throw new CliError(`${apiErrorLine(e)}; nothing of the transaction is visible`, EXIT.commitRefused);
       }
       throw e;
     }

@@ -34,10 +34,18 @@ export class FenceApiError extends Error {
 
   /** The error's details beside code and message (e.g. `heldBy` of LeaseHeld). */
   get details(): Record<string, unknown> {
-    const body = this.body as { error?: Record<string, unknown>; code?: unknown } | undefined;
-    const e = body?.error ?? (typeof body?.code === "string" ? (body as Record<string, unknown>) : undefined);
-    return e && typeof e === "object" ? e : {};
+    return errorFields(this.body) ?? {};
   }
+}
+
+/** The error of an answer's body: `{"error": {"code", "message", ...}}`, or the same fields at the top. */
+export function errorFields(body: unknown): Record<string, unknown> | undefined {
+  if (!body || typeof body !== "object") return undefined;
+  const wrapped = (body as { error?: unknown }).error;
+  if (wrapped && typeof wrapped === "object") return wrapped as Record<string, unknown>;
+  return typeof (body as { code?: unknown }).code === "string"
+    ? (body as Record<string, unknown>)
+    : undefined;
 }
 
 /**

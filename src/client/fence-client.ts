@@ -1,5 +1,6 @@
 import {
   apiError,
+  errorFields,
   FENCE_OUTCOME_HEADER,
   FenceApiError,
   FenceConnectionError,
@@ -389,7 +390,7 @@ export class FenceClient {
     const text = res.text;
     const parsed = text ? safeJson(text) : undefined;
     if (res.status < 200 || res.status > 299) {
-      const err = errorOf(parsed);
+      const err = errorFields(parsed) as { code?: string; message?: string } | undefined;
       throw apiError(
         {
           status: res.status,
@@ -441,15 +442,6 @@ function delay(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener("abort", done, { once: true });
   });
-}
-
-/** The error of an answer: `{"error": {"code", "message"}}`, or the same fields at the top. */
-function errorOf(parsed: unknown): { code?: string; message?: string } | undefined {
-  if (!parsed || typeof parsed !== "object") return undefined;
-  const wrapped = (parsed as { error?: unknown }).error;
-  if (wrapped && typeof wrapped === "object") return wrapped as { code?: string; message?: string };
-  const flat = parsed as { code?: unknown; message?: unknown };
-  return typeof flat.code === "string" ? (flat as { code: string; message?: string }) : undefined;
 }
 
 function safeJson(text: string): unknown {
