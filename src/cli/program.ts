@@ -1,7 +1,7 @@
 import { Command, Option } from "commander";
 import { VERSION } from "../core/version.js";
 import { OUTPUT_MODES } from "./output.js";
-import { EXIT_CODES_HELP } from "./shared.js";
+import { DEFAULT_TTL_MS, EXIT_CODES_HELP } from "./shared.js";
 
 /**
  * The command tree. Every command's module is imported when it runs, so `--help`, `--version`
@@ -50,7 +50,7 @@ function resourceOptions(cmd: Command): Command {
     .requiredOption("--bucket <bucket>", "the bucket")
     .option("--key <key>", "one key (give --key or --prefix)")
     .option("--prefix <prefix>", "every key under a prefix")
-    .option("--ttl-ms <ms>", "lease time to live, renewed before it ends", "30000")
+    .option("--ttl-ms <ms>", "lease time to live, renewed before it ends", String(DEFAULT_TTL_MS))
     .option("--wait-ms <ms>", "wait up to this long for an overlapping lease to end", "0")
     .option("--owner <name>", "a name for the holder (default: the access key id)");
 }
@@ -185,7 +185,7 @@ export function buildProgram(): Command {
     .command("claim <pool>")
     .description("join a pool (or heartbeat): renew, hand back and take groups up to a fair share")
     .requiredOption("--owner <name>", "the worker's name")
-    .option("--ttl-ms <ms>", "lease time to live of the groups", "30000")
+    .option("--ttl-ms <ms>", "lease time to live of the groups", String(DEFAULT_TTL_MS))
     .addOption(outputOption())
     .action(poolsAction("claim"));
   pools
