@@ -111,7 +111,7 @@ export class FenceClient {
    * when the request never reached the gateway.
    */
   acquire(req: AcquireRequest, opts: { signal?: AbortSignal } = {}): Promise<LeaseRecord> {
-    return this.send("POST", "/_fence/v1/leases", {
+    return this.request("POST", "/_fence/v1/leases", {
       body: req,
       signal: opts.signal,
       extraTimeoutMs: req.waitMs ?? 0,
@@ -120,13 +120,17 @@ export class FenceClient {
 
   /** The lease; `fencingToken` only for the key that acquired it, its delegates and administrators. */
   show(leaseId: string): Promise<LeaseView> {
-    return this.send("GET", leasePath(leaseId));
+    return this.request("GET", leasePath(leaseId));
   }
 
   /** Renewing twice has the effect of renewing once, so renewals are retried. */
   renew(leaseId: string, ttlMs?: number, opts: { signal?: AbortSignal } = {}): Promise<LeaseRecord> {
     const body = ttlMs === undefined ? {} : { ttlMs };
-    return this.send("POST", `${leasePath(leaseId)}/renew`, { body, idempotent: true, signal: opts.signal });
+    return this.request("POST", `${leasePath(leaseId)}/renew`, {
+      body,
+      idempotent: true,
+      signal: opts.signal,
+    });
   }
 
   /**
@@ -134,7 +138,7 @@ export class FenceClient {
    * answer was lost) counts as released.
    */
   async release(leaseId: string): Promise<void> {
-    await this.delete(leasePath(leaseId), LeaseNotFoundError);
+    await this.remove(leasePath(leaseId), LeaseNotFoundError);
   }
 
   /**
@@ -144,7 +148,7 @@ export class FenceClient {
    * was applied would answer 404 without the floor token).
    */
   breakLease(leaseId: string): Promise<LeaseRecord & { floorToken: number }> {
-    return this.send("POST", `${leasePath(leaseId)}/break`);
+    return this.request("POST", `${leasePath(leaseId)}/break`);
   }
 
   /**
@@ -153,33 +157,33 @@ export class FenceClient {
    * never sent: each call makes a new delegate.
    */
   delegate(leaseId: string): Promise<NewDelegate> {
-    return this.send("POST", `${leasePath(leaseId)}/delegates`);
+    return this.request("POST", `${leasePath(leaseId)}/delegates`);
   }
 
   listDelegates(leaseId: string): Promise<{ delegates: Delegate[] }> {
-    return this.send("GET", `${leasePath(leaseId)}/delegates`);
+    return this.request("GET", `${leasePath(leaseId)}/delegates`);
   }
 
   /** DELETE …/delegates/{delegateId}: the delegate's credential stops working at once. */
   async revokeDelegate(leaseId: string, delegateId: string): Promise<void> {
     const path = `${leasePath(leaseId)}/delegates/${encodeURIComponent(delegateId)}`;
-    await this.send("DELETE", path, { idempotent: true });
+    await this.request("DELETE", path, { idempotent: true });
   }
 
   list(filter: { bucket?: string; prefix?: string } = {}): Promise<{ leases: LeaseView[] }> {
-    return this.send("GET", "/_fence/v1/leases", { query: filter });
+    return this.request("GET", "/_fence/v1/leases", { query: filter });
   }
 
   audit(query: AuditQuery = {}): Promise<{ records: AuditRecord[]; nextCursor: string | null }> {
     const q = Object.fromEntries(
       Object.entries(query).map(([k, v]) => [k, v === undefined ? undefined : String(v)]),
     );
-    return this.send("GET", "/_fence/v1/audit", { query: q });
+    return this.request("GET", "/_fence/v1/audit", { query: q });
   }
 
   /** GET /_fence/v1/health: resolves with the status, throws (503) when a dependency is down. */
   health(): Promise<{ status: string } & Record<string, unknown>> {
-    return this.send("GET", "/_fence/v1/health");
+    return this.request("GET", "/_fence/v1/health");
   }
 
   /**
@@ -189,12 +193,12 @@ export class FenceClient {
    * call opens a new transaction). Throws LeaseNotFoundError, LeaseLostError, AccessDeniedError.
    */
   openTransaction(leaseId: string, opts: { signal?: AbortSignal } = {}): Promise<TransactionRecord> {
-    return this.send("POST", `${leasePath(leaseId)}/transactions`, { body: {}, signal: opts.signal });
+    return this.request("POST", `${leasePath(leaseId)}/transactions`, { body: {}, signal: opts.signal });
   }
 
   /** GET /_fence/v1/transactions/{id}: its state and objects. Throws TransactionNotFoundError. */
   transactionState(transactionId: string): Promise<TransactionView> {
-    return this.send("GET", transactionPath(transactionId));
+    return this.request("GET", transactionPath(transactionId));
   }
 
   /**
@@ -221,7 +225,7 @@ export class FenceClient {
     };
     const path = `${transactionPath(transactionId)}/commit`;
     try {
-      return await this.send("POST", path, { idempotent: true, signal: opts.signal, onFailure });
+      return await this.request("POST", path, { idempotent: true, signal: opts.signal, onFailure });
     } catch (e) {
       if (e instanceof OutcomeUnknownError) {
         e.transactionId = transactionId;
@@ -258,7 +262,7 @@ export class FenceClient {
    * Throws TransactionCommittedError when it was committed.
    */
   async abortTransaction(transactionId: string): Promise<void> {
-    await this.delete(transactionPath(transactionId), TransactionNotFoundError);
+    await this.remove(transactionPath(transactionId), TransactionNotFoundError);
   }
 
   /**
@@ -335,7 +339,7 @@ export class FenceClient {
   }
 
   /** `call` with its body and query among the options, answering JSON of type T. */
-  private send<T>(
+  private request<T>(
     method: string,
     path: string,
     opts: CallOptions & { body?: unknown; query?: Record<string, string | undefined> } = {},
@@ -347,7 +351,7 @@ export class FenceClient {
    * DELETE, retried; a retry that finds the resource gone (`notFound` after an attempt whose
    * answer was lost) counts as done.
    */
-  private async delete(path: string, notFound: typeof FenceApiError): Promise<void> {
+  private async remove(path: string, notFound: typeof FenceApiError): Promise<void> {
     let attempts = 0;
     try {
       await this.call("DELETE", path, undefined, {}, { idempotent: true }, () => attempts++);
