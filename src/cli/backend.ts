@@ -100,43 +100,38 @@ async function check(backend: Checked, bucket: string): Promise<Verdict> {
 
 async function verify(spec: BackendSpec, bucket: string): Promise<Verdict> {
   const log = createLogger("silent");
-  if (spec.type === "s3") {
-    const backend = createS3Backend({
-      ...(spec.endpoint ? { endpoint: spec.endpoint } : {}),
-      region: spec.region,
-      ...(spec.accessKeyId && spec.secretAccessKey
-        ? { credentials: { accessKeyId: spec.accessKeyId, secretAccessKey: spec.secretAccessKey } }
-        : {}),
-      forcePathStyle: spec.forcePathStyle,
-      requestTimeoutMs: spec.requestTimeoutMs,
-      ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
-      verify: false,
-      log,
-    });
-    try {
-      return await check(backend, bucket);
-    } finally {
-      await backend.close();
-    }
+  const backend =
+    spec.type === "s3"
+      ? createS3Backend({
+          ...(spec.endpoint ? { endpoint: spec.endpoint } : {}),
+          region: spec.region,
+          ...(spec.accessKeyId && spec.secretAccessKey
+            ? { credentials: { accessKeyId: spec.accessKeyId, secretAccessKey: spec.secretAccessKey } }
+            : {}),
+          forcePathStyle: spec.forcePathStyle,
+          requestTimeoutMs: spec.requestTimeoutMs,
+          ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
+          verify: false,
+          log,
+        })
+      : spec.type === "azure"
+        ? createAzureBackend({
+            ...(spec.connectionString ? { connectionString: spec.connectionString } : {}),
+            ...(spec.accountUrl ? { accountUrl: spec.accountUrl } : {}),
+            ...(spec.accountName ? { accountName: spec.accountName } : {}),
+            ...(spec.accountKey ? { accountKey: spec.accountKey } : {}),
+            ...(spec.sasToken ? { sasToken: spec.sasToken } : {}),
+            ...(spec.defaultCredential ? { defaultCredential: true } : {}),
+            requestTimeoutMs: spec.requestTimeoutMs,
+            ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
+            multipartSweepIntervalMs: 0,
+            log,
+          })
+        : undefined;
+  if (!backend) return { kind: "ok" };
+  try {
+    return await check(backend, bucket);
+  } finally {
+    await backend.close();
   }
-  if (spec.type === "azure") {
-    const backend = createAzureBackend({
-      ...(spec.connectionString ? { connectionString: spec.connectionString } : {}),
-      ...(spec.accountUrl ? { accountUrl: spec.accountUrl } : {}),
-      ...(spec.accountName ? { accountName: spec.accountName } : {}),
-      ...(spec.accountKey ? { accountKey: spec.accountKey } : {}),
-      ...(spec.sasToken ? { sasToken: spec.sasToken } : {}),
-      ...(spec.defaultCredential ? { defaultCredential: true } : {}),
-      requestTimeoutMs: spec.requestTimeoutMs,
-      ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
-      multipartSweepIntervalMs: 0,
-      log,
-    });
-    try {
-      return await check(backend, bucket);
-    } finally {
-      await backend.close();
-    }
-  }
-  return { kind: "ok" };
 }

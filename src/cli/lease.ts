@@ -1,15 +1,14 @@
 import type { Delegate, LeaseView } from "../client/types.js";
-import { type Column, fromNow, outputMode, printList, printOne } from "./output.js";
-import { acquireRequest, clientFromEnv, intOption, withApiErrors } from "./shared.js";
+import { type Column, fromNow, type Out, outputMode, printList, printOne } from "./output.js";
+import { acquireRequest, callGateway, intOption } from "./shared.js";
 
-type Out = { output?: string };
-
-const resource = (l: LeaseView) => (l.key !== undefined ? l.key : `${l.prefix ?? ""}*`);
+/** What a lease covers: its key, or its prefix and a star. */
+export const leaseResource = (l: LeaseView) => (l.key !== undefined ? l.key : `${l.prefix ?? ""}*`);
 
 const LEASE_COLUMNS: ReadonlyArray<Column<LeaseView>> = [
   ["LEASE ID", (l) => l.leaseId],
   ["BUCKET", (l) => l.bucket],
-  ["RESOURCE", resource],
+  ["RESOURCE", leaseResource],
   ["OWNER", (l) => l.owner],
   ["TOKEN", (l) => l.token],
   ["STATE", (l) => l.state],
@@ -41,41 +40,35 @@ function printLease(output: string | undefined, lease: LeaseView & { floorToken?
 
 export async function acquire(opts: Parameters<typeof acquireRequest>[0] & Out): Promise<number> {
   const request = acquireRequest(opts);
-  const client = await clientFromEnv();
-  printLease(opts.output, await withApiErrors(() => client.acquire(request)));
+  printLease(opts.output, await callGateway((client) => client.acquire(request)));
   return 0;
 }
 
 export async function list(opts: { bucket?: string; prefix?: string } & Out): Promise<number> {
-  const client = await clientFromEnv();
-  const { leases } = await withApiErrors(() => client.list({ bucket: opts.bucket, prefix: opts.prefix }));
+  const { leases } = await callGateway((client) => client.list({ bucket: opts.bucket, prefix: opts.prefix }));
   printList(outputMode(opts.output), leases, { leases }, LEASE_COLUMNS, "no active leases");
   return 0;
 }
 
 export async function show(leaseId: string, opts: Out): Promise<number> {
-  const client = await clientFromEnv();
-  printLease(opts.output, await withApiErrors(() => client.show(leaseId)));
+  printLease(opts.output, await callGateway((client) => client.show(leaseId)));
   return 0;
 }
 
 export async function renew(leaseId: string, opts: { ttlMs?: string } & Out): Promise<number> {
   const ttlMs = intOption("ttl-ms", opts.ttlMs);
-  const client = await clientFromEnv();
-  printLease(opts.output, await withApiErrors(() => client.renew(leaseId, ttlMs)));
+  printLease(opts.output, await callGateway((client) => client.renew(leaseId, ttlMs)));
   return 0;
 }
 
 export async function release(leaseId: string): Promise<number> {
-  const client = await clientFromEnv();
-  await withApiErrors(() => client.release(leaseId));
+  await callGateway((client) => client.release(leaseId));
   process.stderr.write(`released ${leaseId}\n`);
   return 0;
 }
 
 export async function breakLease(leaseId: string, opts: Out): Promise<number> {
-  const client = await clientFromEnv();
-  const broken = await withApiErrors(() => client.breakLease(leaseId));
+  const broken = await callGateway((client) => client.breakLease(leaseId));
   printLease(opts.output, broken);
   process.stderr.write(
     `broke ${leaseId} (held by ${broken.owner}, token ${broken.token}); writes with a token below ${broken.floorToken} are refused\n`,
@@ -91,8 +84,7 @@ const DELEGATE_COLUMNS: ReadonlyArray<Column<Delegate>> = [
 ];
 
 export async function addDelegate(leaseId: string, opts: Out): Promise<number> {
-  const client = await clientFromEnv();
-  const created = await withApiErrors(() => client.delegate(leaseId));
+  const created = await callGateway((client) => client.delegate(leaseId));
   printOne(outputMode(opts.output), created);
   process.stderr.write(
     "the secret is shown only now: give the worker AWS_ACCESS_KEY_ID=<accessKeyId> AWS_SECRET_ACCESS_KEY=<secretAccessKey>\n",
@@ -101,8 +93,7 @@ export async function addDelegate(leaseId: string, opts: Out): Promise<number> {
 }
 
 export async function listDelegates(leaseId: string, opts: Out): Promise<number> {
-  const client = await clientFromEnv();
-  const { delegates } = await withApiErrors(() => client.listDelegates(leaseId));
+  const { delegates } = await callGateway((client) => client.listDelegates(leaseId));
   printList(
     outputMode(opts.output),
     delegates,
@@ -114,8 +105,7 @@ export async function listDelegates(leaseId: string, opts: Out): Promise<number>
 }
 
 export async function revokeDelegate(leaseId: string, delegateId: string): Promise<number> {
-  const client = await clientFromEnv();
-  await withApiErrors(() => client.revokeDelegate(leaseId, delegateId));
+  await callGateway((client) => client.revokeDelegate(leaseId, delegateId));
   process.stderr.write(`revoked ${delegateId} of ${leaseId}\n`);
   return 0;
 }

@@ -2,6 +2,9 @@
 export type OutputMode = "table" | "json" | "ndjson";
 export const OUTPUT_MODES: readonly OutputMode[] = ["table", "json", "ndjson"];
 
+/** The --output option of a command's values. */
+export type Out = { output?: string };
+
 /** The --output given, else a table on a terminal and JSON when piped. */
 export function outputMode(given: string | undefined): OutputMode {
   if (given !== undefined) return given as OutputMode;

@@ -1,22 +1,15 @@
 import type { Claim } from "../client/types.js";
-import { fromNow, outputMode, printOne, table } from "./output.js";
-import { clientFromEnv, intOption, withApiErrors } from "./shared.js";
+import { leaseResource } from "./lease.js";
+import { fromNow, type Out, outputMode, printOne, table } from "./output.js";
+import { callGateway, DEFAULT_TTL_MS, intOption } from "./shared.js";
+
+const poolPath = (pool: string) => `/_fence/v1/pools/${encodeURIComponent(pool)}/claims`;
 
 /** `pools claim POOL --owner W`: POST /_fence/v1/pools/{pool}/claims (also the worker's heartbeat). */
-export async function claim(
-  pool: string,
-  opts: { owner: string; ttlMs?: string; output?: string },
-): Promise<number> {
-  const ttlMs = intOption("ttl-ms", opts.ttlMs, 30_000)!;
-  const client = await clientFromEnv();
-  const result = (await withApiErrors(() =>
-    client.call(
-      "POST",
-      `/_fence/v1/pools/${encodeURIComponent(pool)}/claims`,
-      { owner: opts.owner, ttlMs },
-      {},
-      { idempotent: true },
-    ),
+export async function claim(pool: string, opts: { owner: string; ttlMs?: string } & Out): Promise<number> {
+  const body = { owner: opts.owner, ttlMs: intOption("ttl-ms", opts.ttlMs, DEFAULT_TTL_MS)! };
+  const result = (await callGateway((client) =>
+    client.call("POST", poolPath(pool), body, {}, { idempotent: true }),
   )) as Claim;
   const mode = outputMode(opts.output);
   if (mode !== "table") {
@@ -32,7 +25,7 @@ export async function claim(
       table(result.groups, [
         ["GROUP", (g) => g.group],
         ["LEASE ID", (g) => g.lease.leaseId],
-        ["RESOURCE", (g) => g.lease.key ?? `${g.lease.prefix ?? ""}*`],
+        ["RESOURCE", (g) => leaseResource(g.lease)],
         ["TOKEN", (g) => g.lease.token],
         ["EXPIRES", (g) => fromNow(g.lease.expiresAt)],
         ["FENCING TOKEN", (g) => g.lease.fencingToken],
@@ -43,16 +36,10 @@ export async function claim(
 }
 
 /** `pools leave POOL OWNER`: DELETE /_fence/v1/pools/{pool}/claims/{owner}. */
-export async function leave(pool: string, owner: string, opts: { output?: string }): Promise<number> {
-  const client = await clientFromEnv();
-  const result = (await withApiErrors(() =>
-    client.call(
-      "DELETE",
-      `/_fence/v1/pools/${encodeURIComponent(pool)}/claims/${encodeURIComponent(owner)}`,
-      undefined,
-      {},
-      { idempotent: true },
-    ),
+export async function leave(pool: string, owner: string, opts: Out): Promise<number> {
+  const path = `${poolPath(pool)}/${encodeURIComponent(owner)}`;
+  const result = (await callGateway((client) =>
+    client.call("DELETE", path, undefined, {}, { idempotent: true }),
   )) as { released: number };
   const mode = outputMode(opts.output);
   if (mode !== "table") printOne(mode, result);

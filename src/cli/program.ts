@@ -1,7 +1,7 @@
 import { Command, Option } from "commander";
 import { VERSION } from "../core/version.js";
 import { OUTPUT_MODES } from "./output.js";
-import { EXIT_CODES_HELP } from "./shared.js";
+import { DEFAULT_TTL_MS, EXIT_CODES_HELP } from "./shared.js";
 
 /**
  * The command tree. Every command's module is imported when it runs, so `--help`, `--version`
@@ -50,7 +50,7 @@ function resourceOptions(cmd: Command): Command {
     .requiredOption("--bucket <bucket>", "the bucket")
     .option("--key <key>", "one key (give --key or --prefix)")
     .option("--prefix <prefix>", "every key under a prefix")
-    .option("--ttl-ms <ms>", "lease time to live, renewed before it ends", "30000")
+    .option("--ttl-ms <ms>", "lease time to live, renewed before it ends", String(DEFAULT_TTL_MS))
     .option("--wait-ms <ms>", "wait up to this long for an overlapping lease to end", "0")
     .option("--owner <name>", "a name for the holder (default: the access key id)");
 }
@@ -76,15 +76,24 @@ function auditFilters(cmd: Command): Command {
     .option("--until <time>", "before this ISO 8601 time (exclusive)");
 }
 
-/** Runs a command's action and keeps its exit code (commander's actions return nothing). */
-function act<A extends unknown[]>(load: () => Promise<(...args: A) => Promise<number>>) {
-  return async (...args: unknown[]) => {
-    // commander passes the positional arguments, then the options, then the Command itself.
-    const run = await load();
-    const code = await run(...(args.slice(0, -1) as A));
-    if (code !== -1) process.exitCode = code;
-  };
+/**
+ * The actions of a command module, which is imported when one of them runs. Each keeps its
+ * exit code (commander's actions return nothing).
+ */
+function actions<M>(load: () => Promise<M>) {
+  return (name: keyof M) =>
+    async (...args: unknown[]) => {
+      // commander passes the positional arguments, then the options, then the Command itself.
+      const run = (await load())[name] as (...args: unknown[]) => Promise<number>;
+      const code = await run(...args.slice(0, -1));
+      if (code !== -1) process.exitCode = code;
+    };
 }
+
+const leaseAction = actions(() => import("./lease.js"));
+const poolsAction = actions(() => import("./pools.js"));
+const auditAction = actions(() => import("./audit.js"));
+const transactionAction = actions(() => import("./transaction.js"));
 
 export function buildProgram(): Command {
   const program = new Command("fencegate");
@@ -116,14 +125,14 @@ export function buildProgram(): Command {
     .option("--host <host>", "the listen address (else FENCEGATE_HOST, default 127.0.0.1)")
     .option("--port <port>", "the listen port, 0 for any free one (else FENCEGATE_PORT, default 9700)")
     .option("--data-dir <dir>", "embedded state and filesystem backend root (else FENCEGATE_DATA_DIR)")
-    .action(act(async () => (await import("./serve.js")).serveCommand));
+    .action(actions(() => import("./serve.js"))("serveCommand"));
 
   const lease = program.command("lease").description("acquire, inspect, renew, release and break leases");
   resourceOptions(
     lease.command("acquire").description("acquire a lease and print it (with its fencing token)"),
   )
     .addOption(outputOption())
-    .action(act(async () => (await import("./lease.js")).acquire));
+    .action(leaseAction("acquire"));
   lease
     .command("list")
     .alias("ls")
@@ -131,73 +140,59 @@ export function buildProgram(): Command {
     .option("--bucket <bucket>", "leases of this bucket")
     .option("--prefix <prefix>", "leases whose key or prefix starts with this")
     .addOption(outputOption())
-    .action(act(async () => (await import("./lease.js")).list));
+    .action(leaseAction("list"));
   lease
-    .command("show")
+    .command("show <lease-id>")
     .description("show one lease")
-    .argument("<lease-id>")
     .addOption(outputOption())
-    .action(act(async () => (await import("./lease.js")).show));
+    .action(leaseAction("show"));
   lease
-    .command("renew")
+    .command("renew <lease-id>")
     .description("renew a lease (it keeps its token)")
-    .argument("<lease-id>")
     .option("--ttl-ms <ms>", "the new time to live (default: the lease's)")
     .addOption(outputOption())
-    .action(act(async () => (await import("./lease.js")).renew));
+    .action(leaseAction("renew"));
+  lease.command("release <lease-id>").description("release a lease").action(leaseAction("release"));
   lease
-    .command("release")
-    .description("release a lease")
-    .argument("<lease-id>")
-    .action(act(async () => (await import("./lease.js")).release));
-  lease
-    .command("break")
+    .command("break <lease-id>")
     .description("break a lease whoever holds it, and fence its holder's later writes (administrators)")
-    .argument("<lease-id>")
     .addOption(outputOption())
-    .action(act(async () => (await import("./lease.js")).breakLease));
+    .action(leaseAction("breakLease"));
 
   const delegates = lease
     .command("delegates")
     .description("credentials that renew a lease and write with its token, never release it");
   delegates
-    .command("add")
+    .command("add <lease-id>")
     .description("create a delegate of a lease (its secret is shown only now)")
-    .argument("<lease-id>")
     .addOption(outputOption())
-    .action(act(async () => (await import("./lease.js")).addDelegate));
+    .action(leaseAction("addDelegate"));
   delegates
-    .command("list")
+    .command("list <lease-id>")
     .alias("ls")
     .description("list a lease's delegates")
-    .argument("<lease-id>")
     .addOption(outputOption())
-    .action(act(async () => (await import("./lease.js")).listDelegates));
+    .action(leaseAction("listDelegates"));
   delegates
-    .command("revoke")
+    .command("revoke <lease-id> <delegate-id>")
     .description("revoke a delegate: its credential stops working at once")
-    .argument("<lease-id>")
-    .argument("<delegate-id>")
-    .action(act(async () => (await import("./lease.js")).revokeDelegate));
+    .action(leaseAction("revokeDelegate"));
 
   const pools = program
     .command("pools")
     .description("ownership groups: claim a fair share of a pool's groups");
   pools
-    .command("claim")
+    .command("claim <pool>")
     .description("join a pool (or heartbeat): renew, hand back and take groups up to a fair share")
-    .argument("<pool>")
     .requiredOption("--owner <name>", "the worker's name")
-    .option("--ttl-ms <ms>", "lease time to live of the groups", "30000")
+    .option("--ttl-ms <ms>", "lease time to live of the groups", String(DEFAULT_TTL_MS))
     .addOption(outputOption())
-    .action(act(async () => (await import("./pools.js")).claim));
+    .action(poolsAction("claim"));
   pools
-    .command("leave")
+    .command("leave <pool> <owner>")
     .description("leave a pool: release the worker's groups")
-    .argument("<pool>")
-    .argument("<owner>")
     .addOption(outputOption())
-    .action(act(async () => (await import("./pools.js")).leave));
+    .action(poolsAction("leave"));
 
   const audit = auditFilters(
     program.command("audit").description("query the audit log (every write decision and lease event)"),
@@ -213,7 +208,7 @@ export function buildProgram(): Command {
       "\n--output json prints the API's page ({records, nextCursor}); with --all every record in one page;\n" +
         "with --follow one record per line, as ndjson does.",
     )
-    .action(act(async () => (await import("./audit.js")).audit));
+    .action(auditAction("audit"));
   auditFilters(
     audit.command("export").description("write a time range of records for other tools (DuckDB, Athena)"),
   )
@@ -223,7 +218,7 @@ export function buildProgram(): Command {
         .makeOptionMandatory(),
     )
     .option("--out <file>", "write to this file (default: stdout; parquet needs a file or a pipe)")
-    .action(act(async () => (await import("./audit.js")).exportRecords));
+    .action(auditAction("exportRecords"));
 
   resourceOptions(
     program
@@ -251,33 +246,30 @@ export function buildProgram(): Command {
         "(fencegate transaction commit ID commits again and tells). If CMD fails, the transaction is aborted\n" +
         "(nothing visible) and run exits with CMD's exit code.",
     )
-    .action(act(async () => (await import("./run.js")).runCommand));
+    .action(actions(() => import("./run.js"))("runCommand"));
 
   const transaction = program
     .command("transaction")
     .description("fenced transactions: show, commit or abort one by its id");
   transaction
-    .command("show")
+    .command("show <transaction-id>")
     .description("show a transaction: its state and objects")
-    .argument("<transaction-id>")
     .addOption(outputOption())
-    .action(act(async () => (await import("./transaction.js")).show));
+    .action(transactionAction("show"));
   transaction
-    .command("commit")
+    .command("commit <transaction-id>")
     .description("commit a transaction: every write of it becomes visible at once (again: the same answer)")
-    .argument("<transaction-id>")
     .addOption(outputOption())
     .addHelpText(
       "after",
       "\nExits 83 when the commit is refused (nothing of it is visible), 84 when its outcome is unknown\n" +
         "(committing again is safe and tells).",
     )
-    .action(act(async () => (await import("./transaction.js")).commit));
+    .action(transactionAction("commit"));
   transaction
-    .command("abort")
+    .command("abort <transaction-id>")
     .description("abort a transaction: none of its writes becomes visible")
-    .argument("<transaction-id>")
-    .action(act(async () => (await import("./transaction.js")).abort));
+    .action(transactionAction("abort"));
 
   const backend = program.command("backend").description("check the configured storage backends");
   backend
@@ -285,7 +277,7 @@ export function buildProgram(): Command {
     .description("check that each remote backend honours the conditional writes fencing relies on")
     .option("--config <file>", "the YAML configuration (else FENCEGATE_CONFIG)")
     .option("--bucket <bucket...>", "the buckets to check (default: those routed to it, and verifyBucket)")
-    .action(act(async () => (await import("./backend.js")).backendCommand));
+    .action(actions(() => import("./backend.js"))("backendCommand"));
 
   // Every command's help points at the exit codes (listed in full by fencegate --help).
   const everyCommand = (c: Command): Command[] => c.commands.flatMap((sub) => [sub, ...everyCommand(sub)]);

@@ -5,6 +5,7 @@ import type { LeaseRecord } from "../client/types.js";
 import {
   type AcquireValues,
   acquireRequest,
+  apiErrorLine,
   CliError,
   clientFromEnv,
   EXIT,
@@ -161,7 +162,7 @@ async function finishTransaction(
     }
     if (e instanceof FenceApiError && e.status >= 400 && e.status < 500) {
       process.stderr.write(
-        `fencegate run: transaction ${id} was not committed: ${e.code} (HTTP ${e.status}): ${e.message}; nothing of it is visible\n`,
+        `fencegate run: transaction ${id} was not committed: ${apiErrorLine(e)}; nothing of it is visible\n`,
       );
       return EXIT.commitRefused;
     }

@@ -1,3 +1,4 @@
+import type { FenceApiError } from "../client/errors.js";
 import type { FenceClient } from "../client/fence-client.js";
 import type { HeldBy as WireHeldBy } from "../client/types.js";
 
@@ -12,52 +13,39 @@ export class CliError extends Error {
 }
 
 /**
- * Exit codes of every command (printed by `fencegate --help`). The sysexits(3) numbers where one
- * fits; `run` otherwise exits with its command's code.
+ * Exit codes of every command, each with the line `fencegate --help` prints for it. The
+ * sysexits(3) numbers where one fits; `run` otherwise exits with its command's code.
  */
-export const EXIT = {
-  ok: 0,
-  failure: 1,
-  usage: 2,
-  /** The gateway could not be reached, or answered 503 (its lease store or audit log is down). */
-  unavailable: 69,
-  /** LeaseHeld: an overlapping lease is held (by whom and until when is printed). */
-  leaseHeld: 75,
-  /** The lease is lost: LeaseLost from the gateway, or `run`'s lease expired (not renewed in time). */
-  leaseLost: 76,
-  /** AccessDenied, or the signature (access key, secret, clock) was refused. */
-  denied: 77,
-  /** The configuration file or environment is invalid (`serve`, `backend verify`). */
-  config: 78,
-  /** `run`: the lease was broken by an administrator. */
-  leaseBroken: 80,
-  /** `run`: the lease was released by someone else (its id and access key). */
-  leaseReleased: 81,
-  /** `run`: the lease expired and a newer lease (a higher token) now holds the resource. */
-  leaseSuperseded: 82,
-  /**
-   * `run --transaction`, `transaction commit`: the gateway refused the commit (StaleFencingToken,
-   * LeaseExpired, TransactionAborted, TransactionNotFound); nothing of the transaction is visible.
-   */
-  commitRefused: 83,
-  /** `run --transaction`, `transaction commit`: the commit's outcome is unknown (it may have committed). */
-  outcomeUnknown: 84,
+const EXIT_CODES = {
+  ok: [0, "success"],
+  failure: [1, "failure (an error the gateway answered, e.g. LeaseNotFound; a check that failed)"],
+  usage: [2, "usage: unknown command, option or value"],
+  unavailable: [69, "the gateway is unreachable, or answered 503 (its lease store or audit log is down)"],
+  leaseHeld: [75, "LeaseHeld: an overlapping lease is held (its holder and expiry are printed)"],
+  leaseLost: [76, "lease lost: LeaseLost, or run's lease expired (not renewed in time)"],
+  denied: [77, "AccessDenied, or the access key / secret / clock was refused"],
+  config: [78, "invalid configuration (serve, backend verify)"],
+  leaseBroken: [80, "run: the lease was broken by an administrator"],
+  leaseReleased: [81, "run: the lease was released by someone else"],
+  leaseSuperseded: [82, "run: the lease was superseded by a newer lease (token N)"],
+  commitRefused: [
+    83,
+    "run --transaction, transaction commit: the commit was refused; nothing of it is visible",
+  ],
+  outcomeUnknown: [
+    84,
+    "run --transaction, transaction commit: the commit's outcome is unknown (commit again to learn it)",
+  ],
 } as const;
 
+export const EXIT = Object.fromEntries(Object.entries(EXIT_CODES).map(([name, [code]]) => [name, code])) as {
+  readonly [K in keyof typeof EXIT_CODES]: (typeof EXIT_CODES)[K][0];
+};
+
 export const EXIT_CODES_HELP = `Exit codes:
-  0   success
-  1   failure (an error the gateway answered, e.g. LeaseNotFound; a check that failed)
-  2   usage: unknown command, option or value
-  69  the gateway is unreachable, or answered 503 (its lease store or audit log is down)
-  75  LeaseHeld: an overlapping lease is held (its holder and expiry are printed)
-  76  lease lost: LeaseLost, or run's lease expired (not renewed in time)
-  77  AccessDenied, or the access key / secret / clock was refused
-  78  invalid configuration (serve, backend verify)
-  80  run: the lease was broken by an administrator
-  81  run: the lease was released by someone else
-  82  run: the lease was superseded by a newer lease (token N)
-  83  run --transaction, transaction commit: the commit was refused; nothing of it is visible
-  84  run --transaction, transaction commit: the commit's outcome is unknown (commit again to learn it)
+${Object.values(EXIT_CODES)
+  .map(([code, meaning]) => `  ${String(code).padEnd(4)}${meaning}`)
+  .join("\n")}
   run otherwise exits with CMD's exit code (128+N when CMD died of signal N).`;
 
 /** The development pair (src/config/resolve.ts; not imported, to keep client commands light). */
@@ -80,6 +68,12 @@ export async function clientFromEnv(env = process.env): Promise<FenceClient> {
   });
 }
 
+/** `fn` called with a client from the environment, its API errors made CliErrors (withApiErrors). */
+export async function callGateway<T>(fn: (client: FenceClient) => Promise<T>): Promise<T> {
+  const client = await clientFromEnv();
+  return withApiErrors(() => fn(client));
+}
+
 export function intOption(name: string, value: string | undefined, fallback?: number): number | undefined {
   if (value === undefined) return fallback;
   if (!/^\d+$/.test(value))
@@ -93,7 +87,7 @@ export function isoOption(name: string, value: string | undefined): string | und
   if (!/^\d{4}-\d{2}-\d{2}/.test(value) || Number.isNaN(Date.parse(value))) {
     throw new CliError(
       `--${name} must be an ISO 8601 date-time (e.g. 2026-11-22T12:00:00Z), got "${value}"`,
-      2,
+      EXIT.usage,
     );
   }
   return new Date(Date.parse(value)).toISOString();
@@ -112,7 +106,7 @@ export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
       throw new CliError(`outcome unknown, ${e.code}${status}: ${e.message}`, EXIT.outcomeUnknown);
     }
     if (e instanceof FenceApiError) {
-      let message = `${e.code} (HTTP ${e.status}): ${e.message}`;
+      let message = apiErrorLine(e);
       const heldBy = e.details.heldBy as HeldBy | undefined;
       if (e.code === "LeaseHeld" && heldBy) message += `; ${describeHolder(heldBy)}`;
       throw new CliError(message, exitCodeOf(e.code, e.status));
@@ -120,6 +114,11 @@ export async function withApiErrors<T>(fn: () => Promise<T>): Promise<T> {
     if (e instanceof FenceConnectionError) throw new CliError(e.message, EXIT.unavailable);
     throw e;
   }
+}
+
+/** An error the gateway answered, in one line: its code, status and message. */
+export function apiErrorLine(e: FenceApiError): string {
+  return `${e.code} (HTTP ${e.status}): ${e.message}`;
 }
 
 export function describeHolder(h: HeldBy): string {

@@ -1,8 +1,6 @@
 import type { TransactionObject, TransactionView } from "../client/types.js";
-import { type Column, fromNow, outputMode, printList, printOne } from "./output.js";
-import { CliError, clientFromEnv, EXIT, withApiErrors } from "./shared.js";
-
-type Out = { output?: string };
+import { type Column, fromNow, type Out, outputMode, printList, printOne } from "./output.js";
+import { apiErrorLine, CliError, callGateway, EXIT } from "./shared.js";
 
 const OBJECT_COLUMNS: ReadonlyArray<Column<TransactionObject>> = [
   ["KEY", (o) => o.key],
@@ -25,8 +23,7 @@ function transactionFields(t: TransactionView): Record<string, unknown> {
 
 /** `fencegate transaction show ID`: its state and objects. */
 export async function show(transactionId: string, opts: Out): Promise<number> {
-  const client = await clientFromEnv();
-  const view = await withApiErrors(() => client.transactionState(transactionId));
+  const view = await callGateway((client) => client.transactionState(transactionId));
   const mode = outputMode(opts.output);
   printOne(mode, view as Record<string, unknown>, transactionFields(view));
   if (mode === "table" && view.objects.length > 0) {
@@ -41,18 +38,14 @@ export async function show(transactionId: string, opts: Out): Promise<number> {
  * 83 when refused, 84 when the outcome is unknown.
  */
 export async function commit(transactionId: string, opts: Out): Promise<number> {
-  const client = await clientFromEnv();
-  const done = await withApiErrors(async () => {
+  const done = await callGateway(async (client) => {
     try {
       return await client.commitTransaction(transactionId);
     } catch (e) {
       const { FenceApiError, OutcomeUnknownError } = await import("../client/errors.js");
       // A refusal (409), whatever its code: nothing of the transaction is visible.
       if (e instanceof FenceApiError && !(e instanceof OutcomeUnknownError) && e.status === 409) {
-        throw new CliError(
-          `${e.code} (HTTP ${e.status}): ${e.message}; nothing of the transaction is visible`,
-          EXIT.commitRefused,
-        );
+        throw new CliError(`${apiErrorLine(e)}; nothing of the transaction is visible`, EXIT.commitRefused);
       }
       throw e;
     }
@@ -63,8 +56,7 @@ export async function commit(transactionId: string, opts: Out): Promise<number> 
 
 /** `fencegate transaction abort ID`. */
 export async function abort(transactionId: string): Promise<number> {
-  const client = await clientFromEnv();
-  await withApiErrors(() => client.abortTransaction(transactionId));
+  await callGateway((client) => client.abortTransaction(transactionId));
   process.stderr.write(`aborted ${transactionId}\n`);
   return 0;
 }

@@ -34,15 +34,32 @@ export class FenceApiError extends Error {
 
   /** The error's details beside code and message (e.g. `heldBy` of LeaseHeld). */
   get details(): Record<string, unknown> {
-    const body = this.body as { error?: Record<string, unknown>; code?: unknown } | undefined;
-    const e = body?.error ?? (typeof body?.code === "string" ? (body as Record<string, unknown>) : undefined);
-    return e && typeof e === "object" ? e : {};
+    return errorFields(this.body) ?? {};
   }
 }
 
+/** The error of an answer's body: `{"error": {"code", "message", ...}}`, or the same fields at the top. */
+export function errorFields(body: unknown): Record<string, unknown> | undefined {
+  if (!body || typeof body !== "object") return undefined;
+  const wrapped = (body as { error?: unknown }).error;
+  if (wrapped && typeof wrapped === "object") return wrapped as Record<string, unknown>;
+  return typeof (body as { code?: unknown }).code === "string"
+    ? (body as Record<string, unknown>)
+    : undefined;
+}
+
+/**
+ * A FenceApiError subclass whose `name` is `title` (given as a string, so that a minifier that
+ * renames classes leaves it alone).
+ */
+function named(title: string): typeof FenceApiError {
+  return class extends FenceApiError {
+    override name = title;
+  };
+}
+
 /** 409: an overlapping lease is still held after `waitMs`. */
-export class LeaseHeldError extends FenceApiError {
-  override name = "LeaseHeldError";
+export class LeaseHeldError extends named("LeaseHeldError") {
   get heldBy(): HeldBy | undefined {
     return this.details.heldBy as HeldBy | undefined;
   }
@@ -104,8 +121,7 @@ export type LeaseLostErrorInit = FenceApiErrorInit & {
  * (broken, expired, superseded, released, or unknown); a Lease handle asks the audit log when
  * the gateway's answer alone does not tell (a break and a release answer alike).
  */
-export class LeaseLostError extends FenceApiError {
-  override name = "LeaseLostError";
+export class LeaseLostError extends named("LeaseLostError") {
   readonly reason: LeaseLossReason;
   /** The newer lease's token, when `reason` is `superseded`. */
   readonly supersededBy: number | undefined;
@@ -131,55 +147,37 @@ function reasonOfAnswer(code: string, details: Record<string, unknown>): LeaseLo
 }
 
 /** 404: no such lease, or it was released. */
-export class LeaseNotFoundError extends FenceApiError {
-  override name = "LeaseNotFoundError";
-}
+export class LeaseNotFoundError extends named("LeaseNotFoundError") {}
 
 /** 403 AccessDenied: this access key may not do this (e.g. release another principal's lease). */
-export class AccessDeniedError extends FenceApiError {
-  override name = "AccessDeniedError";
-}
+export class AccessDeniedError extends named("AccessDeniedError") {}
 
 /** 400 InvalidRequest: a bad body or parameter. */
-export class InvalidRequestError extends FenceApiError {
-  override name = "InvalidRequestError";
-}
+export class InvalidRequestError extends named("InvalidRequestError") {}
 
 /** 503 LeaseStoreUnavailable: the gateway's lease store or audit log does not answer. */
-export class LeaseStoreUnavailableError extends FenceApiError {
-  override name = "LeaseStoreUnavailableError";
-}
+export class LeaseStoreUnavailableError extends named("LeaseStoreUnavailableError") {}
 
 /** The signature was refused: unknown access key, wrong secret, clock skew, malformed header. */
-export class AuthenticationError extends FenceApiError {
-  override name = "AuthenticationError";
-}
+export class AuthenticationError extends named("AuthenticationError") {}
 
 /** 404 TransactionNotFound: no such transaction (or this access key may not see it). */
-export class TransactionNotFoundError extends FenceApiError {
-  override name = "TransactionNotFoundError";
-}
+export class TransactionNotFoundError extends named("TransactionNotFoundError") {}
 
 /**
  * 409 TransactionAborted: the transaction was aborted (by its holder, or because its lease ended
  * or was superseded, or a commit of it was refused); none of its writes is visible.
  */
-export class TransactionAbortedError extends FenceApiError {
-  override name = "TransactionAbortedError";
-}
+export class TransactionAbortedError extends named("TransactionAbortedError") {}
 
 /** 409 TransactionCommitted: an abort came after the commit; every write of it is visible. */
-export class TransactionCommittedError extends FenceApiError {
-  override name = "TransactionCommittedError";
-}
+export class TransactionCommittedError extends named("TransactionCommittedError") {}
 
 /**
  * 409 StaleFencingToken: a write (or a commit) whose token is below an object's highest
  * committed token, or whose lease was superseded. A refused commit made nothing visible.
  */
-export class StaleFencingTokenError extends FenceApiError {
-  override name = "StaleFencingTokenError";
-}
+export class StaleFencingTokenError extends named("StaleFencingTokenError") {}
 
 /** The header the gateway answers `unknown` in when it could not learn whether it committed. */
 export const FENCE_OUTCOME_HEADER = "x-fence-outcome";
@@ -192,8 +190,7 @@ export const FENCE_OUTCOME_HEADER = "x-fence-outcome";
  * again is safe and answers what happened (200 with the same objects, or a refusal);
  * `transactionState(id)` tells too.
  */
-export class OutcomeUnknownError extends FenceApiError {
-  override name = "OutcomeUnknownError";
+export class OutcomeUnknownError extends named("OutcomeUnknownError") {
   /** The transaction whose commit's outcome is unknown (set by FenceClient.commitTransaction). */
   transactionId: string | undefined;
   constructor(init: FenceApiErrorInit, options?: { cause?: unknown }) {

@@ -1,5 +1,6 @@
 import {
   apiError,
+  errorFields,
   FENCE_OUTCOME_HEADER,
   FenceApiError,
   FenceConnectionError,
@@ -7,7 +8,7 @@ import {
   OutcomeUnknownError,
   TransactionNotFoundError,
 } from "./errors.js";
-import { Lease, type LeaseOptions } from "./lease.js";
+import { Lease, type LeaseOptions, whileHeld } from "./lease.js";
 import { SigV4Signer } from "./sigv4-signer.js";
 import { fetchTransport, type Transport } from "./transport.js";
 import type {
@@ -23,20 +24,6 @@ import type {
   TransactionRecord,
   TransactionView,
 } from "./types.js";
-
-export type {
-  AcquireRequest,
-  AuditQuery,
-  AuditRecord,
-  Delegate,
-  LeaseRecord,
-  LeaseResource,
-  LeaseView,
-  NewDelegate,
-  TransactionCommit,
-  TransactionRecord,
-  TransactionView,
-};
 
 export type RetryOptions = {
   /** Attempts in all, the first included (default 4; 1 turns retries off). */
@@ -124,37 +111,26 @@ export class FenceClient {
    * when the request never reached the gateway.
    */
   acquire(req: AcquireRequest, opts: { signal?: AbortSignal } = {}): Promise<LeaseRecord> {
-    return this.call(
-      "POST",
-      "/_fence/v1/leases",
-      req,
-      {},
-      {
-        idempotent: false,
-        signal: opts.signal,
-        extraTimeoutMs: req.waitMs ?? 0,
-      },
-    ) as Promise<LeaseRecord>;
+    return this.request("POST", "/_fence/v1/leases", {
+      body: req,
+      signal: opts.signal,
+      extraTimeoutMs: req.waitMs ?? 0,
+    });
   }
 
   /** The lease; `fencingToken` only for the key that acquired it, its delegates and administrators. */
   show(leaseId: string): Promise<LeaseView> {
-    return this.call("GET", leasePath(leaseId), undefined, {}, { idempotent: true }) as Promise<LeaseView>;
+    return this.request("GET", leasePath(leaseId));
   }
 
   /** Renewing twice has the effect of renewing once, so renewals are retried. */
   renew(leaseId: string, ttlMs?: number, opts: { signal?: AbortSignal } = {}): Promise<LeaseRecord> {
     const body = ttlMs === undefined ? {} : { ttlMs };
-    return this.call(
-      "POST",
-      `${leasePath(leaseId)}/renew`,
+    return this.request("POST", `${leasePath(leaseId)}/renew`, {
       body,
-      {},
-      {
-        idempotent: true,
-        signal: opts.signal,
-      },
-    ) as Promise<LeaseRecord>;
+      idempotent: true,
+      signal: opts.signal,
+    });
   }
 
   /**
@@ -162,13 +138,7 @@ export class FenceClient {
    * answer was lost) counts as released.
    */
   async release(leaseId: string): Promise<void> {
-    let attempts = 0;
-    try {
-      await this.call("DELETE", leasePath(leaseId), undefined, {}, { idempotent: true }, () => attempts++);
-    } catch (e) {
-      if (e instanceof LeaseNotFoundError && attempts > 1) return;
-      throw e;
-    }
+    await this.remove(leasePath(leaseId), LeaseNotFoundError);
   }
 
   /**
@@ -178,9 +148,7 @@ export class FenceClient {
    * was applied would answer 404 without the floor token).
    */
   breakLease(leaseId: string): Promise<LeaseRecord & { floorToken: number }> {
-    return this.call("POST", `${leasePath(leaseId)}/break`, undefined, {}, { idempotent: false }) as Promise<
-      LeaseRecord & { floorToken: number }
-    >;
+    return this.request("POST", `${leasePath(leaseId)}/break`);
   }
 
   /**
@@ -189,61 +157,33 @@ export class FenceClient {
    * never sent: each call makes a new delegate.
    */
   delegate(leaseId: string): Promise<NewDelegate> {
-    return this.call(
-      "POST",
-      `${leasePath(leaseId)}/delegates`,
-      undefined,
-      {},
-      { idempotent: false },
-    ) as Promise<NewDelegate>;
+    return this.request("POST", `${leasePath(leaseId)}/delegates`);
   }
 
   listDelegates(leaseId: string): Promise<{ delegates: Delegate[] }> {
-    return this.call(
-      "GET",
-      `${leasePath(leaseId)}/delegates`,
-      undefined,
-      {},
-      { idempotent: true },
-    ) as Promise<{
-      delegates: Delegate[];
-    }>;
+    return this.request("GET", `${leasePath(leaseId)}/delegates`);
   }
 
   /** DELETE …/delegates/{delegateId}: the delegate's credential stops working at once. */
   async revokeDelegate(leaseId: string, delegateId: string): Promise<void> {
-    await this.call(
-      "DELETE",
-      `${leasePath(leaseId)}/delegates/${encodeURIComponent(delegateId)}`,
-      undefined,
-      {},
-      {
-        idempotent: true,
-      },
-    );
+    const path = `${leasePath(leaseId)}/delegates/${encodeURIComponent(delegateId)}`;
+    await this.request("DELETE", path, { idempotent: true });
   }
 
   list(filter: { bucket?: string; prefix?: string } = {}): Promise<{ leases: LeaseView[] }> {
-    return this.call("GET", "/_fence/v1/leases", undefined, filter, { idempotent: true }) as Promise<{
-      leases: LeaseView[];
-    }>;
+    return this.request("GET", "/_fence/v1/leases", { query: filter });
   }
 
   audit(query: AuditQuery = {}): Promise<{ records: AuditRecord[]; nextCursor: string | null }> {
     const q = Object.fromEntries(
       Object.entries(query).map(([k, v]) => [k, v === undefined ? undefined : String(v)]),
     );
-    return this.call("GET", "/_fence/v1/audit", undefined, q, { idempotent: true }) as Promise<{
-      records: AuditRecord[];
-      nextCursor: string | null;
-    }>;
+    return this.request("GET", "/_fence/v1/audit", { query: q });
   }
 
   /** GET /_fence/v1/health: resolves with the status, throws (503) when a dependency is down. */
   health(): Promise<{ status: string } & Record<string, unknown>> {
-    return this.call("GET", "/_fence/v1/health", undefined, {}, { idempotent: true }) as Promise<{
-      status: string;
-    }>;
+    return this.request("GET", "/_fence/v1/health");
   }
 
   /**
@@ -253,24 +193,12 @@ export class FenceClient {
    * call opens a new transaction). Throws LeaseNotFoundError, LeaseLostError, AccessDeniedError.
    */
   openTransaction(leaseId: string, opts: { signal?: AbortSignal } = {}): Promise<TransactionRecord> {
-    return this.call(
-      "POST",
-      `${leasePath(leaseId)}/transactions`,
-      {},
-      {},
-      { idempotent: false, signal: opts.signal },
-    ) as Promise<TransactionRecord>;
+    return this.request("POST", `${leasePath(leaseId)}/transactions`, { body: {}, signal: opts.signal });
   }
 
   /** GET /_fence/v1/transactions/{id}: its state and objects. Throws TransactionNotFoundError. */
   transactionState(transactionId: string): Promise<TransactionView> {
-    return this.call(
-      "GET",
-      transactionPath(transactionId),
-      undefined,
-      {},
-      { idempotent: true },
-    ) as Promise<TransactionView>;
+    return this.request("GET", transactionPath(transactionId));
   }
 
   /**
@@ -291,17 +219,13 @@ export class FenceClient {
     // Whether an attempt may have committed without this client learning it.
     let unknown: { error: unknown } | undefined;
     const onFailure = (e: unknown) => {
-      if (e instanceof OutcomeUnknownError) unknown = { error: e };
-      else if (e instanceof FenceConnectionError && !e.notSent) unknown = { error: e };
+      if (e instanceof OutcomeUnknownError || (e instanceof FenceConnectionError && !e.notSent)) {
+        unknown = { error: e };
+      }
     };
+    const path = `${transactionPath(transactionId)}/commit`;
     try {
-      return (await this.call(
-        "POST",
-        `${transactionPath(transactionId)}/commit`,
-        undefined,
-        {},
-        { idempotent: true, signal: opts.signal, onFailure },
-      )) as TransactionCommit;
+      return await this.request("POST", path, { idempotent: true, signal: opts.signal, onFailure });
     } catch (e) {
       if (e instanceof OutcomeUnknownError) {
         e.transactionId = transactionId;
@@ -312,15 +236,16 @@ export class FenceClient {
       const silent = e instanceof FenceConnectionError || (e instanceof FenceApiError && e.status >= 500);
       if (unknown && silent) {
         const first = unknown.error;
+        const answered = first instanceof FenceApiError ? first : undefined;
         const error = new OutcomeUnknownError(
           {
-            status: first instanceof FenceApiError ? first.status : 0,
+            status: answered?.status ?? 0,
             code: "OutcomeUnknown",
             message:
               `the outcome of the commit of transaction ${transactionId} is unknown (it may have ` +
               `committed): ${(first as Error).message}; commit again or read its state to learn it`,
-            body: first instanceof FenceApiError ? first.body : undefined,
-            requestId: first instanceof FenceApiError ? first.requestId : undefined,
+            body: answered?.body,
+            requestId: answered?.requestId,
           },
           { cause: e },
         );
@@ -337,20 +262,7 @@ export class FenceClient {
    * Throws TransactionCommittedError when it was committed.
    */
   async abortTransaction(transactionId: string): Promise<void> {
-    let attempts = 0;
-    try {
-      await this.call(
-        "DELETE",
-        transactionPath(transactionId),
-        undefined,
-        {},
-        { idempotent: true },
-        () => attempts++,
-      );
-    } catch (e) {
-      if (e instanceof TransactionNotFoundError && attempts > 1) return;
-      throw e;
-    }
+    await this.remove(transactionPath(transactionId), TransactionNotFoundError);
   }
 
   /**
@@ -387,22 +299,11 @@ export class FenceClient {
     fn: (lease: Lease) => Promise<T> | T,
   ): Promise<T> {
     const lease = await this.lease(req);
-    let result: T;
-    try {
-      const work = Promise.resolve().then(() => fn(lease));
-      const lost = new Promise<never>((_, reject) => {
-        const fail = () => reject(lease.signal.reason);
-        if (lease.signal.aborted) fail();
-        else lease.signal.addEventListener("abort", fail, { once: true });
-      });
-      // Whichever loses the race must not become an unhandled rejection.
-      work.catch(() => undefined);
-      lost.catch(() => undefined);
-      result = await Promise.race([work, lost]);
-    } catch (e) {
-      await lease.release().catch(() => undefined);
-      throw e;
-    }
+    const result = await whileHeld(
+      lease.signal,
+      () => fn(lease),
+      () => lease.release(),
+    );
     await lease.release();
     return result;
   }
@@ -434,6 +335,29 @@ export class FenceClient {
         const cap = Math.min(this.retry.maxDelayMs, this.retry.baseDelayMs * 2 ** (attempt - 1));
         await delay(Math.random() * cap, opts.signal);
       }
+    }
+  }
+
+  /** `call` with its body and query among the options, answering JSON of type T. */
+  private request<T>(
+    method: string,
+    path: string,
+    opts: CallOptions & { body?: unknown; query?: Record<string, string | undefined> } = {},
+  ): Promise<T> {
+    return this.call(method, path, opts.body, opts.query, opts) as Promise<T>;
+  }
+
+  /**
+   * DELETE, retried; a retry that finds the resource gone (`notFound` after an attempt whose
+   * answer was lost) counts as done.
+   */
+  private async remove(path: string, notFound: typeof FenceApiError): Promise<void> {
+    let attempts = 0;
+    try {
+      await this.call("DELETE", path, undefined, {}, { idempotent: true }, () => attempts++);
+    } catch (e) {
+      if (e instanceof notFound && attempts > 1) return;
+      throw e;
     }
   }
 
@@ -470,7 +394,7 @@ export class FenceClient {
     const text = res.text;
     const parsed = text ? safeJson(text) : undefined;
     if (res.status < 200 || res.status > 299) {
-      const err = errorOf(parsed);
+      const err = errorFields(parsed) as { code?: string; message?: string } | undefined;
       throw apiError(
         {
           status: res.status,
@@ -522,15 +446,6 @@ function delay(ms: number, signal?: AbortSignal): Promise<void> {
     }
     signal?.addEventListener("abort", done, { once: true });
   });
-}
-
-/** The error of an answer: `{"error": {"code", "message"}}`, or the same fields at the top. */
-function errorOf(parsed: unknown): { code?: string; message?: string } | undefined {
-  if (!parsed || typeof parsed !== "object") return undefined;
-  const wrapped = (parsed as { error?: unknown }).error;
-  if (wrapped && typeof wrapped === "object") return wrapped as { code?: string; message?: string };
-  const flat = parsed as { code?: unknown; message?: unknown };
-  return typeof flat.code === "string" ? (flat as { code: string; message?: string }) : undefined;
 }
 
 function safeJson(text: string): unknown {

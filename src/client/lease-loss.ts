@@ -1,4 +1,4 @@
-import { describeLeaseLoss, type LeaseLossReason, LeaseLostError } from "./errors.js";
+import { describeLeaseLoss, type FenceApiErrorInit, type LeaseLossReason, LeaseLostError } from "./errors.js";
 import type { AuditQuery, AuditRecord, LeaseRecord } from "./types.js";
 
 export type AuditReader = (query: AuditQuery) => Promise<{ records: AuditRecord[] }>;
@@ -36,7 +36,7 @@ export async function explainLeaseLoss(
 export function lossError(
   leaseId: string,
   why: LeaseLossExplanation | null,
-  answer?: { status: number; code: string; message: string; body?: unknown; requestId?: string },
+  answer?: FenceApiErrorInit,
 ): LeaseLostError {
   const init = {
     status: answer?.status ?? 0,

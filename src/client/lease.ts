@@ -187,36 +187,19 @@ export class Lease implements AsyncDisposable {
    */
   async transaction<T>(fn: (tx: Transaction) => Promise<T> | T): Promise<TransactionResult<T>> {
     const tx = await this.openTransaction();
-    let value: T;
-    try {
-      const work = Promise.resolve().then(() => fn(tx));
-      const lost = new Promise<never>((_, reject) => {
-        const fail = () => reject(this.signal.reason);
-        if (this.signal.aborted) fail();
-        else this.signal.addEventListener("abort", fail, { once: true });
-      });
-      // Whichever loses the race must not become an unhandled rejection.
-      work.catch(() => undefined);
-      lost.catch(() => undefined);
-      value = await Promise.race([work, lost]);
-    } catch (e) {
-      await tx.abort().catch(() => undefined);
-      throw e;
-    }
-    const commit = await tx.commit();
-    return { value, commit };
+    const value = await whileHeld(
+      this.signal,
+      () => fn(tx),
+      () => tx.abort(),
+    );
+    return { value, commit: await tx.commit() };
   }
 
   /** Renews now (the background renewal does this by itself). */
   async renew(ttlMs?: number): Promise<LeaseRecord> {
     this.throwIfLost();
-    const sentAt = performance.now();
     try {
-      const record = await this.#api.renew(this.leaseId, ttlMs ?? this.#record.ttlMs, {
-        signal: this.#controller.signal,
-      });
-      if (this.#state === "held") this.#renewed(record, sentAt);
-      return record;
+      return await this.#renewOnce(ttlMs ?? this.#record.ttlMs);
     } catch (e) {
       if (isLoss(e)) this.#lose(e);
       throw this.#state === "lost" ? this.#lostError : e;
@@ -259,30 +242,35 @@ export class Lease implements AsyncDisposable {
     return api as TransactionApi;
   }
 
-  #renewed(record: LeaseRecord, sentAt: number): void {
-    this.#record = record;
-    this.#deadline = sentAt + record.ttlMs;
-    this.#armExpiry();
-    this.#scheduleRenewal();
+  /** One renewal; its answer, while the lease is held, starts a new term from when it was sent. */
+  async #renewOnce(ttlMs: number): Promise<LeaseRecord> {
+    const sentAt = performance.now();
+    const record = await this.#api.renew(this.leaseId, ttlMs, { signal: this.#controller.signal });
+    if (this.#state === "held") {
+      this.#record = record;
+      this.#deadline = sentAt + record.ttlMs;
+      this.#armExpiry();
+      this.#scheduleRenewal();
+    }
+    return record;
   }
 
   #scheduleRenewal(): void {
     clearTimeout(this.#renewTimer);
     const { from, to } = this.#renewAt;
-    const delay = this.#record.ttlMs * (from + Math.random() * (to - from));
-    this.#renewTimer = setTimeout(() => void this.#backgroundRenew(), delay);
+    this.#renewIn(this.#record.ttlMs * (from + Math.random() * (to - from)));
+  }
+
+  #renewIn(ms: number): void {
+    this.#renewTimer = setTimeout(() => void this.#backgroundRenew(), ms);
     // A forgotten lease must not keep the process alive; it then expires at the gateway.
     this.#renewTimer.unref();
   }
 
   async #backgroundRenew(): Promise<void> {
     if (this.#state !== "held") return;
-    const sentAt = performance.now();
     try {
-      const record = await this.#api.renew(this.leaseId, this.#record.ttlMs, {
-        signal: this.#controller.signal,
-      });
-      if (this.#state === "held") this.#renewed(record, sentAt);
+      await this.#renewOnce(this.#record.ttlMs);
     } catch (e) {
       if (this.#state !== "held") return;
       if (isLoss(e)) {
@@ -292,9 +280,7 @@ export class Lease implements AsyncDisposable {
       // Not an answer about the lease (connection, 5xx): try again while it can still be alive;
       // the expiry timer ends it if no renewal gets through in time.
       const left = this.#deadline - performance.now();
-      const retryIn = Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, left / 4));
-      this.#renewTimer = setTimeout(() => void this.#backgroundRenew(), retryIn);
-      this.#renewTimer.unref();
+      this.#renewIn(Math.min(RETRY_MAX_MS, Math.max(RETRY_MIN_MS, left / 4)));
     }
   }
 
@@ -352,6 +338,33 @@ export class Lease implements AsyncDisposable {
   #stopTimers(): void {
     clearTimeout(this.#renewTimer);
     clearTimeout(this.#expiryTimer);
+  }
+}
+
+/**
+ * Runs `fn` while a lease is held: resolves with what it resolves with, or rejects at once with
+ * the LeaseLostError when `lost` fires first, without waiting for `fn`. On either rejection,
+ * `undo` runs first (best effort: its own failure is not reported).
+ */
+export async function whileHeld<T>(
+  lost: AbortSignal,
+  fn: () => Promise<T> | T,
+  undo: () => Promise<unknown>,
+): Promise<T> {
+  const work = Promise.resolve().then(fn);
+  const loss = new Promise<never>((_, reject) => {
+    const fail = () => reject(lost.reason);
+    if (lost.aborted) fail();
+    else lost.addEventListener("abort", fail, { once: true });
+  });
+  // Whichever loses the race must not become an unhandled rejection.
+  work.catch(() => undefined);
+  loss.catch(() => undefined);
+  try {
+    return await Promise.race([work, loss]);
+  } catch (e) {
+    await undo().catch(() => undefined);
+    throw e;
   }
 }
 

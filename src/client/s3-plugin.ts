@@ -49,11 +49,11 @@ export type TokenSource = TokenHolder | string | (() => string | undefined);
 
 /** The name of the middleware `fencingTokenPlugin` adds to a client's (or command's) stack. */
 export const FENCING_TOKEN_PLUGIN_NAME = "fencegateFencingToken";
-/** The name of the middleware a bound command carries (`bindFencingToken`, `lease.bind`). */
+/**
+ * The name of the middleware a bound command carries (`bindFencingToken`, `lease.bind`), and the
+ * mark it sets in a request's context: the client's plugin then stays out.
+ */
 export const BOUND_FENCING_TOKEN_NAME = "fencegateBoundFencingToken";
-
-/** Set in a request's context by a bound command's middleware: the client's plugin then stays out. */
-const BOUND_MARK = "fencegateBoundFencingToken";
 
 const REUSED_HANDLER =
   "the handler the client resolved for a command bound to a fencing token is sending another " +
@@ -198,7 +198,7 @@ export function fencingTokenPlugin(source: TokenSource): Pluggable<object, Metad
   const middleware: BuildMiddleware<object, MetadataBearer> =
     (next: BuildHandler<object, MetadataBearer>, context: HandlerExecutionContext) =>
     async (args: BuildHandlerArguments<object>) => {
-      if (!context[BOUND_MARK]) stamp(source, context.commandName, args);
+      if (!context[BOUND_FENCING_TOKEN_NAME]) stamp(source, context.commandName, args);
       return next(args);
     };
   return {
@@ -248,7 +248,7 @@ export function bindFencingToken<C extends CommandWithStack>(command: C, source:
         throw new FencingTokenConflictError(REUSED_HANDLER);
       }
       ran = true;
-      if (stamp(source, context.commandName, args)) context[BOUND_MARK] = true;
+      if (stamp(source, context.commandName, args)) context[BOUND_FENCING_TOKEN_NAME] = true;
       return next(args);
     };
   };

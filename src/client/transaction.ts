@@ -165,8 +165,7 @@ export class Transaction implements TokenHolder {
     if (this.#state === "committing") throw new Error(`transaction ${this.transactionId} is being committed`);
     if (this.#state === "aborted") throw new Error(`transaction ${this.transactionId} was aborted`);
     if (this.#state === "open" && this.#lease.lost) {
-      this.#state = "aborted";
-      await this.#api.abortTransaction(this.transactionId).catch(() => undefined);
+      await this.#drop();
       this.#lease.throwIfLost();
     }
     this.#state = "committing";
@@ -180,8 +179,7 @@ export class Transaction implements TokenHolder {
         this.#state = "unknown";
       } else if (e instanceof FenceApiError && e.status >= 400 && e.status < 500) {
         // Refused: nothing is visible. Make sure the gateway drops what it staged.
-        this.#state = "aborted";
-        await this.#api.abortTransaction(this.transactionId).catch(() => undefined);
+        await this.#drop();
       } else {
         // Not sent, or the gateway said it did not commit (e.g. its lease store is down).
         this.#state = "open";
@@ -210,5 +208,11 @@ export class Transaction implements TokenHolder {
       else if (!(e instanceof FenceApiError)) this.#state = before;
       throw e;
     }
+  }
+
+  /** Aborted here; the gateway is told to drop what it staged (best effort). */
+  async #drop(): Promise<void> {
+    this.#state = "aborted";
+    await this.#api.abortTransaction(this.transactionId).catch(() => undefined);
   }
 }
