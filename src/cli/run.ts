@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { constants } from "node:os";
 import type { FenceClient } from "../client/fence-client.js";
 import type { Transaction } from "../client/transaction.js";
 import type { LeaseRecord } from "../client/types.js";
@@ -109,7 +110,7 @@ export async function runCommand(
   if (exit.error) throw new CliError(`cannot run ${cmd}: ${exit.error.message}`, 127);
   if (lost) return (await (lost as Promise<Loss>)).exitCode;
   if (committed !== undefined && committed !== EXIT.ok) return committed;
-  if (exit.signal) return 128 + (signalNumber(exit.signal) ?? 1);
+  if (exit.signal) return 128 + (constants.signals[exit.signal] ?? 1);
   return exit.code ?? 1;
 }
 
@@ -180,15 +181,6 @@ function stopChild(child: ChildProcess): void {
   const killer = setTimeout(() => child.kill("SIGKILL"), KILL_GRACE_MS);
   killer.unref();
   child.once("exit", () => clearTimeout(killer));
-}
-
-function signalNumber(signal: NodeJS.Signals): number | undefined {
-  return (
-    { SIGHUP: 1, SIGINT: 2, SIGQUIT: 3, SIGKILL: 9, SIGTERM: 15, SIGUSR1: 10, SIGUSR2: 12 } as Record<
-      string,
-      number
-    >
-  )[signal];
 }
 
 /** How a lease was lost, in words and as run's exit status. */

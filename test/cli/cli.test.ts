@@ -243,6 +243,25 @@ describe("fencegate run", () => {
     const ok = await cli(["run", "--bucket", bucket, "--prefix", "p/", "--", "true"]);
     expect(ok.code).toBe(0);
     expect((await gw.leases.list({ bucket })).leases).toEqual([]);
+    // A command that died of signal N: 128 + N, whatever the signal (SIGALRM is 14, SIGTERM 15).
+    for (const [signal, code] of [
+      ["ALRM", 142],
+      ["TERM", 143],
+    ] as const) {
+      const killed = await cli([
+        "run",
+        "--bucket",
+        bucket,
+        "--key",
+        "signal",
+        "--",
+        "sh",
+        "-c",
+        `kill -${signal} $$`,
+      ]);
+      expect(killed.code, signal).toBe(code);
+    }
+    expect((await gw.leases.list({ bucket })).leases).toEqual([]);
   });
 
   it("refuses to start when the lease is held (exit 75) without running the command", async () => {
