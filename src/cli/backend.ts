@@ -3,6 +3,7 @@ import { createS3Backend } from "../backends/s3/index.js";
 import { ConfigError, loadConfig } from "../config/load.js";
 import type { BackendSpec, Config } from "../config/schema.js";
 import { createLogger } from "../core/log.js";
+import { azureConnection, s3Connection } from "../server/store-connection.js";
 import { CliError, EXIT } from "./shared.js";
 
 /**
@@ -103,27 +104,13 @@ async function verify(spec: BackendSpec, bucket: string): Promise<Verdict> {
   const backend =
     spec.type === "s3"
       ? createS3Backend({
-          ...(spec.endpoint ? { endpoint: spec.endpoint } : {}),
-          region: spec.region,
-          ...(spec.accessKeyId && spec.secretAccessKey
-            ? { credentials: { accessKeyId: spec.accessKeyId, secretAccessKey: spec.secretAccessKey } }
-            : {}),
-          forcePathStyle: spec.forcePathStyle,
-          requestTimeoutMs: spec.requestTimeoutMs,
-          ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
+          ...s3Connection(spec),
           verify: false,
           log,
         })
       : spec.type === "azure"
         ? createAzureBackend({
-            ...(spec.connectionString ? { connectionString: spec.connectionString } : {}),
-            ...(spec.accountUrl ? { accountUrl: spec.accountUrl } : {}),
-            ...(spec.accountName ? { accountName: spec.accountName } : {}),
-            ...(spec.accountKey ? { accountKey: spec.accountKey } : {}),
-            ...(spec.sasToken ? { sasToken: spec.sasToken } : {}),
-            ...(spec.defaultCredential ? { defaultCredential: true } : {}),
-            requestTimeoutMs: spec.requestTimeoutMs,
-            ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
+            ...azureConnection(spec),
             multipartSweepIntervalMs: 0,
             log,
           })

@@ -15,6 +15,7 @@ import type { CallObserver } from "../metrics/observe.js";
 import { closeEmbeddedDb, type EmbeddedDb, openEmbeddedDb } from "../sqlite/db.js";
 import { openAuditLog } from "./audit-components.js";
 import { openLeaseStore, systemBucketOf } from "./lease-components.js";
+import { azureConnection, s3Connection } from "./store-connection.js";
 
 /**
  * The backend, lease store and audit log of one gateway. Co-located ones share a TxDomain
@@ -112,14 +113,7 @@ async function openBackend(
       });
     case "s3": {
       const backend = createS3Backend({
-        ...(spec.endpoint ? { endpoint: spec.endpoint } : {}),
-        region: spec.region,
-        ...(spec.accessKeyId && spec.secretAccessKey
-          ? { credentials: { accessKeyId: spec.accessKeyId, secretAccessKey: spec.secretAccessKey } }
-          : {}),
-        forcePathStyle: spec.forcePathStyle,
-        requestTimeoutMs: spec.requestTimeoutMs,
-        ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
+        ...s3Connection(spec),
         ...(spec.partSizeBytes ? { partSizeBytes: spec.partSizeBytes } : {}),
         gcIntervalMs: spec.gcIntervalMs,
         gcGraceMs: spec.gcGraceMs,
@@ -140,14 +134,7 @@ async function openBackend(
     }
     case "azure": {
       const backend = createAzureBackend({
-        ...(spec.connectionString ? { connectionString: spec.connectionString } : {}),
-        ...(spec.accountUrl ? { accountUrl: spec.accountUrl } : {}),
-        ...(spec.accountName ? { accountName: spec.accountName } : {}),
-        ...(spec.accountKey ? { accountKey: spec.accountKey } : {}),
-        ...(spec.sasToken ? { sasToken: spec.sasToken } : {}),
-        ...(spec.defaultCredential ? { defaultCredential: true } : {}),
-        requestTimeoutMs: spec.requestTimeoutMs,
-        ...(spec.metaPrefix ? { metaPrefix: spec.metaPrefix } : {}),
+        ...azureConnection(spec),
         ...(spec.blockSizeBytes ? { blockSizeBytes: spec.blockSizeBytes } : {}),
         ...(spec.hierarchicalNamespace !== undefined
           ? { hierarchicalNamespace: spec.hierarchicalNamespace }
