@@ -133,7 +133,8 @@ describe("pairing", () => {
     const started = Date.now();
     const results = await pipeline.exec();
     // The reply of GET :25 waits 150 ms; SET :30 waits 100 ms meanwhile; replies stay in order.
-    expect(Date.now() - started).toBeGreaterThanOrEqual(150);
+    // Node's timers count from the event loop's cached time: one may fire a few ms early by Date.now().
+    expect(Date.now() - started).toBeGreaterThanOrEqual(145);
     for (let i = 0; i < 50; i++)
       expect(results!.slice(2 * i, 2 * i + 2)).toEqual([
         [null, "OK"],
@@ -245,7 +246,8 @@ describe("actions", () => {
     await sleep(100);
     expect(await direct("GET", k)).toBeNull();
     expect(await set).toBe("OK");
-    expect(Date.now() - started).toBeGreaterThanOrEqual(500);
+    // Node's timers count from the event loop's cached time: one may fire a few ms early by Date.now().
+    expect(Date.now() - started).toBeGreaterThanOrEqual(495);
   });
 
   it("drop-answer: Redis ran the command, the client's connection closed without the reply", async () => {
