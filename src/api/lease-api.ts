@@ -3,7 +3,7 @@ import type { Context } from "hono";
 import { Hono } from "hono";
 import type { AccessPolicy } from "../access/access-policy.js";
 import type { AuditLog } from "../audit/audit-log.js";
-import { DomainError } from "../core/errors.js";
+import { DomainError, isOutcomeUnknown } from "../core/errors.js";
 import type { RequestSummary } from "../core/log.js";
 import type { Keyring } from "../fence/tokens.js";
 import type { Caller, LeaseInfo, LeaseService } from "../leases/lease-service.js";
@@ -76,8 +76,7 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     const e = toApiError(err);
     if (c.env.summary) c.env.summary.code = String(e.body.error.code);
     // A commit whose outcome is not known is never answered as refused.
-    if (err instanceof DomainError && err.details.outcome === "unknown")
-      c.header("x-fence-outcome", "unknown");
+    if (isOutcomeUnknown(err)) c.header("x-fence-outcome", "unknown");
     return c.json(e.body, e.status as 400);
   });
   app.notFound((c) => {

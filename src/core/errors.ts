@@ -127,6 +127,19 @@ export class StaleTokenError extends DomainError {
   }
 }
 
+/**
+ * A write or commit sent to a store whose answer never came (lost, late, cut off): it may or may
+ * not have happened. Answered 503 with `x-fence-outcome: unknown`, never as refused; the gateway
+ * (or a repeat of the request) learns the outcome later.
+ */
+export function outcomeUnknown(message: string, cause: unknown, details: ErrorDetails = {}): DomainError {
+  return new DomainError("ServiceUnavailable", message, { outcome: "unknown", ...details }, { cause });
+}
+
+/** Whether an error says that the outcome of a write or commit is unknown (see outcomeUnknown). */
+export const isOutcomeUnknown = (err: unknown): boolean =>
+  isDomainError(err) && err.details.outcome === "unknown";
+
 /** The HCT a refusal carries, when it knows it (x-fence-highest-token, the audit record). */
 export function highestTokenOf(err: unknown): number | undefined {
   if (!isDomainError(err)) return undefined;

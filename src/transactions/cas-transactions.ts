@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
-import { DomainError, isDomainError } from "../core/errors.js";
+import { DomainError, isDomainError, isOutcomeUnknown, outcomeUnknown } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
 import { type StagedWrite, type TransactionSink, unfencedCommit } from "../fence/commit.js";
 import { abortTransaction, newWriteId } from "../fence/commit-driver.js";
@@ -321,11 +321,10 @@ export class CasTransactions {
           sends++;
           if (sends >= MAX_SENDS) {
             unknown = true;
-            throw new DomainError(
-              "ServiceUnavailable",
+            throw outcomeUnknown(
               `the store did not answer the commit of transaction ${id}: it may or may not have happened; ask again (GET or commit) to learn which`,
-              { outcome: "unknown", transactionId: id },
-              { cause: answer.error },
+              answer.error,
+              { transactionId: id },
             );
           }
           continue;
@@ -344,17 +343,16 @@ export class CasTransactions {
         );
       }
     } catch (err) {
-      if (unknown || !isDomainError(err) || err.details.outcome === "unknown") {
+      if (unknown || !isDomainError(err) || isOutcomeUnknown(err)) {
         // Neither committed nor refused: the intents stay (a newer grant fences the keys through
         // them, which aborts the transaction unless it committed), the record says later.
         unknown = true;
         this.opts.observe?.("unknown");
-        if (isDomainError(err) && err.details.outcome === "unknown") throw err;
-        throw new DomainError(
-          "ServiceUnavailable",
+        if (isOutcomeUnknown(err)) throw err;
+        throw outcomeUnknown(
           `the commit of transaction ${id} may or may not have happened; ask again (GET or commit) to learn which`,
-          { outcome: "unknown", transactionId: id },
-          { cause: err },
+          err,
+          { transactionId: id },
         );
       }
       if (err.code === "TransactionAborted") {

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Clock } from "../core/clock.js";
-import { DomainError, isDomainError } from "../core/errors.js";
+import { DomainError, isDomainError, outcomeUnknown } from "../core/errors.js";
 import type { Logger } from "../core/log.js";
 import type { TxDomain } from "../core/tx.js";
 import type { StagedWrite, TransactionSink } from "../fence/commit.js";
@@ -365,11 +365,10 @@ export class Transactions {
       // The step's outcome is not known (the database failed under it): neither committed nor refused.
       tx.state = "open";
       this.opts.observe?.("unknown");
-      throw new DomainError(
-        "ServiceUnavailable",
+      throw outcomeUnknown(
         `the commit of transaction ${tx.id} may or may not have happened; the audit log will hold a TransactionCommitted record if it did`,
-        { outcome: "unknown", transactionId: tx.id },
-        { cause: err },
+        err,
+        { transactionId: tx.id },
       );
     } finally {
       for (const intent of intents) await store.endCommit(intent.intentId).catch(() => undefined);
@@ -385,11 +384,10 @@ export class Transactions {
       tx.unrecorded = undefined;
     } catch (cause) {
       this.opts.observe?.("unknown");
-      throw new DomainError(
-        "ServiceUnavailable",
+      throw outcomeUnknown(
         `transaction ${tx.id} is committed, but the audit log did not take its record: commit it again to have it recorded`,
-        { outcome: "unknown", transactionId: tx.id },
-        { cause },
+        cause,
+        { transactionId: tx.id },
       );
     }
   }
