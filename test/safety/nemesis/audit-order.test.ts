@@ -6,7 +6,7 @@
  * one), but the audit log lists the writes of the object with their tokens going backwards, while
  * the contract says its records are in commit order.
  *
- * The minimal form: two gateways on one S3 store and one Redis lease store and audit log (through
+ * The minimal form, on each remote store: two gateways on one store and one Redis lease store and audit log (through
  * the Redis fault proxy); the first write's "accepted" record is held in the network (as a paused
  * replica would hold it) until the key's next lease has been granted on the other gateway and its
  * write recorded.
@@ -18,13 +18,13 @@ import { type RedisFaultProxy, startRedisFaultProxy } from "../../support/redis-
 import { allAuditRecords } from "../../support/safety-helpers.js";
 import { requireTools } from "../../support/tools.js";
 import { sleep } from "../../support/wait.js";
-import { createBucket, put, read } from "../faults/fault-kit.js";
-import { type FaultyStore, faultyS3 } from "../faults/faulty-store.js";
+import { createBucket, newBucket, put, read } from "../faults/fault-kit.js";
+import { FAULTY_STORES, type FaultyStore } from "../faults/faulty-store.js";
 import { SIGNING_KEY } from "./cluster.js";
 
 requireTools("redis-server");
 
-describe("a write recorded late by a paused gateway", () => {
+describe.each(FAULTY_STORES)("a write recorded late by a paused gateway, on $name", ({ start }) => {
   let redis: RedisServer;
   let proxy: RedisFaultProxy;
   let store: FaultyStore;
@@ -33,7 +33,7 @@ describe("a write recorded late by a paused gateway", () => {
   beforeAll(async () => {
     redis = await startRedis();
     proxy = await startRedisFaultProxy(redis.port);
-    store = await faultyS3();
+    store = await start();
     for (const id of ["gw-a", "gw-b"]) {
       gateways.push(
         await startTestGateway({
@@ -57,7 +57,7 @@ describe("a write recorded late by a paused gateway", () => {
 
   it("is listed in the audit log in the order of the commits", async () => {
     const [a, b] = gateways as [TestGateway, TestGateway];
-    const bucket = "audit-order";
+    const bucket = newBucket(store);
     await createBucket(a, bucket);
     const first = await a.leases.acquire({ bucket, key: "k", ttlMs: 1_000 });
     // Gateway A's record of its accepted write waits in the network after the commit.

@@ -1,0 +1,113 @@
+/**
+ * Found by the nemesis run on Azure (seed 78052211, 40 s): two writes answered 503 `unknown`
+ * (their commit answers lost) were recorded "accepted" after later writes of the same objects
+ * with higher tokens. The store's order was right; the audit log's was not.
+ *
+ * The minimal form, on each remote store: two gateways on one Redis lease store and audit log
+ * (through the Redis fault proxy). Gateway A's commit lands and its answer is lost: A answers
+ * "unknown" and learns the outcome in the background; the record of that outcome waits in the
+ * network (as a paused replica would hold it) until the key's next lease has been granted on
+ * gateway B and its write recorded. The grant fences the object first, and the landed write's
+ * record must come before B's.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { type RedisServer, startRedis } from "../../support/redis.js";
+import { type RedisFaultProxy, startRedisFaultProxy } from "../../support/redis-fault-proxy.js";
+import { allAuditRecords } from "../../support/safety-helpers.js";
+import { requireTools } from "../../support/tools.js";
+import { sleep, waitFor } from "../../support/wait.js";
+import { createBucket, del, newBucket, put, read } from "../faults/fault-kit.js";
+import { FAULTY_STORES, type FaultyStore } from "../faults/faulty-store.js";
+import { SIGNING_KEY } from "./cluster.js";
+
+requireTools("redis-server");
+
+describe.each(FAULTY_STORES)(
+  "a write whose answer was lost, its outcome recorded late, on $name",
+  ({ start }) => {
+    let redis: RedisServer;
+    let proxy: RedisFaultProxy;
+    let store: FaultyStore;
+    const gateways: TestGateway[] = [];
+
+    beforeAll(async () => {
+      redis = await startRedis();
+      proxy = await startRedisFaultProxy(redis.port);
+      store = await start();
+      for (const id of ["gw-a", "gw-b"]) {
+        gateways.push(
+          await startTestGateway({
+            overrides: {
+              backend: store.backend({ requestTimeoutMs: 5_000 }),
+              leaseStore: { type: "redis", url: proxy.url, unsafeSettings: "warn" },
+            },
+            env: { FENCEGATE_GATEWAY_ID: id, FENCEGATE_TOKEN_SIGNING_KEY: SIGNING_KEY },
+          }),
+        );
+      }
+    }, 60_000);
+
+    afterAll(async () => {
+      proxy?.clear();
+      for (const gw of gateways) await gw.stop();
+      await proxy?.close();
+      await store?.stop();
+      await redis?.stop();
+    });
+
+    for (const op of ["PutObject", "DeleteObject"] as const) {
+      it(`lists a ${op} in the audit log in the order of the commits`, async () => {
+        const [a, b] = gateways as [TestGateway, TestGateway];
+        const bucket = newBucket(store);
+        await createBucket(a, bucket);
+        const setup = await a.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+        expect((await put(a, bucket, "k", "zero", setup.fencingToken)).status).toBe(200);
+        await a.leases.release(setup.leaseId);
+
+        const first = await a.leases.acquire({ bucket, key: "k", ttlMs: 1_000 });
+        // A's commit lands; its answer is lost. The record of its outcome, once A learns it, waits
+        // in the network.
+        const lost = store.proxy.on(store.commit(bucket, "k"), { kind: "drop-answer" });
+        const held = proxy.on(
+          { command: "EVALSHA", args: (x) => x.includes(op) && x.includes("accepted") },
+          { kind: "hold" },
+        );
+        const answer =
+          op === "PutObject"
+            ? await put(a, bucket, "k", "first", first.fencingToken)
+            : await del(a, bucket, "k", first.fencingToken);
+        expect(lost.count, "the commit's answer was lost").toBe(1);
+        expect(answer.outcome, `answered ${answer.status} ${answer.code}`).toBe("unknown");
+        await waitFor(() => held.count > 0, { what: "A recording the outcome it learnt", timeoutMs: 15_000 });
+        expect(await read(b, bucket, "k")).toBe(op === "PutObject" ? "first" : null);
+
+        // A's lease ends; B is granted the key (fencing A's commit intent first) and writes over it.
+        await sleep(1_100);
+        const second = await b.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+        expect((await put(b, bucket, "k", "second", second.fencingToken)).status).toBe(200);
+        held.release();
+        await waitFor(
+          async () =>
+            (await allAuditRecords(a.leases, { bucket, requestId: answer.requestId })).some(
+              (r) => r.decision === "accepted",
+            ),
+          { what: "the landed write's accepted record", timeoutMs: 15_000 },
+        );
+        await sleep(500);
+
+        const accepted = (await allAuditRecords(a.leases, { bucket, key: "k" }))
+          .filter((r) => r.decision === "accepted" && (r.op === "PutObject" || r.op === "DeleteObject"))
+          .sort((x, y) => x.seq - y.seq);
+        expect(
+          accepted.map((r) => ({ op: r.op, token: r.token, requestId: r.requestId })),
+          "the accepted writes of k in the audit log's order",
+        ).toEqual([
+          { op: "PutObject", token: setup.token, requestId: expect.any(String) },
+          { op, token: first.token, requestId: answer.requestId },
+          { op: "PutObject", token: second.token, requestId: expect.any(String) },
+        ]);
+      }, 60_000);
+    }
+  },
+);
