@@ -1,0 +1,103 @@
+/**
+ * Found by the nemesis run on Azure (seed 78052211, 40 s): a write that landed but whose record the
+ * audit log did not take (answered 503 `unknown`) was recorded after the writes that came later on
+ * its object, tokens going backwards in the log.
+ *
+ * How: the write W landed; its record failed (the log unreachable from its gateway for a moment),
+ * so its gateway records it once it can. The same lease wrote the object again through the other
+ * gateway (W2, over W). The object's state keeps the note of its last write only, W2's: so the
+ * next lease's grant, fencing the object, recorded W2 (already recorded) and not W, and the next
+ * lease's write was recorded before W. A write that lands over another is itself the first to
+ * learn that the other landed: it records it before it commits.
+ *
+ * The minimal form, on each remote store: two gateways on one Redis lease store and audit log,
+ * each through its own Redis fault proxy; gateway A's appends of W's record are reset until the
+ * end.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startTestGateway, type TestGateway } from "../../support/gateway.js";
+import { type RedisServer, startRedis } from "../../support/redis.js";
+import { type RedisFaultProxy, startRedisFaultProxy } from "../../support/redis-fault-proxy.js";
+import { allAuditRecords } from "../../support/safety-helpers.js";
+import { requireTools } from "../../support/tools.js";
+import { sleep, waitFor } from "../../support/wait.js";
+import { createBucket, newBucket, put, read } from "../faults/fault-kit.js";
+import { FAULTY_STORES, type FaultyStore } from "../faults/faulty-store.js";
+import { SIGNING_KEY } from "./cluster.js";
+
+requireTools("redis-server");
+
+describe.each(FAULTY_STORES)("a landed write whose record is late, written over, on $name", ({ start }) => {
+  let redis: RedisServer;
+  const proxies: RedisFaultProxy[] = [];
+  let store: FaultyStore;
+  const gateways: TestGateway[] = [];
+
+  beforeAll(async () => {
+    redis = await startRedis();
+    store = await start();
+    for (const id of ["gw-a", "gw-b"]) {
+      const proxy = await startRedisFaultProxy(redis.port);
+      proxies.push(proxy);
+      gateways.push(
+        await startTestGateway({
+          overrides: {
+            backend: store.backend({ requestTimeoutMs: 5_000 }),
+            leaseStore: { type: "redis", url: proxy.url, unsafeSettings: "warn" },
+          },
+          env: { FENCEGATE_GATEWAY_ID: id, FENCEGATE_TOKEN_SIGNING_KEY: SIGNING_KEY },
+        }),
+      );
+    }
+  }, 60_000);
+
+  afterAll(async () => {
+    for (const p of proxies) p.clear();
+    for (const gw of gateways) await gw.stop();
+    for (const p of proxies) await p.close();
+    await store?.stop();
+    await redis?.stop();
+  });
+
+  it("is listed before the writes that came after it", async () => {
+    const [a, b] = gateways as [TestGateway, TestGateway];
+    const [proxyA] = proxies as [RedisFaultProxy];
+    const bucket = newBucket(store);
+    await createBucket(a, bucket);
+    const first = await a.leases.acquire({ bucket, key: "k", ttlMs: 1_500 });
+    // Gateway A cannot append an accepted PutObject record until the end.
+    const refused = proxyA.on(
+      { command: "EVALSHA", args: (x) => x.includes("PutObject") && x.includes("accepted") },
+      { kind: "reset" },
+      { times: Number.POSITIVE_INFINITY },
+    );
+    const w = await put(a, bucket, "k", "w", first.fencingToken);
+    expect(w.outcome, `W answered ${w.status} ${w.code}`).toBe("unknown");
+    expect(await read(b, bucket, "k")).toBe("w");
+    // The same lease writes the object again, through gateway B.
+    const w2 = await put(b, bucket, "k", "w2", first.fencingToken);
+    expect(w2.status).toBe(200);
+    // The lease ends; the next one is granted on B (fencing the object) and writes.
+    await sleep(1_600);
+    const second = await b.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+    const w3 = await put(b, bucket, "k", "w3", second.fencingToken);
+    expect(w3.status).toBe(200);
+    // A's log comes back: it records what it learnt.
+    refused.cancel();
+    await waitFor(
+      async () =>
+        (await allAuditRecords(a.leases, { bucket, key: "k" })).some(
+          (r) => r.requestId === w.requestId && r.decision === "accepted",
+        ),
+      { what: "W's accepted record", timeoutMs: 15_000 },
+    );
+
+    const accepted = (await allAuditRecords(a.leases, { bucket, key: "k", op: "PutObject" }))
+      .filter((r) => r.decision === "accepted")
+      .sort((x, y) => x.seq - y.seq);
+    expect(
+      accepted.map((r) => r.requestId),
+      "the accepted writes of k in the audit log's order (W, W2, W3)",
+    ).toEqual([w.requestId, w2.requestId, w3.requestId]);
+  }, 60_000);
+});
