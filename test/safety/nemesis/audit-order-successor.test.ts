@@ -21,7 +21,7 @@ import { type RedisFaultProxy, startRedisFaultProxy } from "../../support/redis-
 import { allAuditRecords } from "../../support/safety-helpers.js";
 import { requireTools } from "../../support/tools.js";
 import { sleep, waitFor } from "../../support/wait.js";
-import { createBucket, newBucket, put, read } from "../faults/fault-kit.js";
+import { createBucket, del, newBucket, put, read } from "../faults/fault-kit.js";
 import { FAULTY_STORES, type FaultyStore } from "../faults/faulty-store.js";
 import { SIGNING_KEY } from "./cluster.js";
 
@@ -99,5 +99,45 @@ describe.each(FAULTY_STORES)("a landed write whose record is late, written over,
       accepted.map((r) => r.requestId),
       "the accepted writes of k in the audit log's order (W, W2, W3)",
     ).toEqual([w.requestId, w2.requestId, w3.requestId]);
+  }, 60_000);
+
+  it("is listed in its place when it deletes an object its lease had deleted already", async () => {
+    // The second delete changes no byte and no HCT; its note must still reach the object's state,
+    // or the next grant records the first delete and not this one.
+    const [a, b] = gateways as [TestGateway, TestGateway];
+    const [proxyA] = proxies as [RedisFaultProxy];
+    const bucket = newBucket(store);
+    await createBucket(a, bucket);
+    const first = await a.leases.acquire({ bucket, key: "k", ttlMs: 1_500 });
+    expect((await put(b, bucket, "k", "w", first.fencingToken)).status).toBe(200);
+    const d1 = await del(b, bucket, "k", first.fencingToken);
+    expect(d1.status).toBe(204);
+    // Gateway A cannot append an accepted DeleteObject record until the end.
+    const refused = proxyA.on(
+      { command: "EVALSHA", args: (x) => x.includes("DeleteObject") && x.includes("accepted") },
+      { kind: "reset" },
+      { times: Number.POSITIVE_INFINITY },
+    );
+    const d2 = await del(a, bucket, "k", first.fencingToken);
+    expect(d2.outcome, `the second delete answered ${d2.status} ${d2.code}`).toBe("unknown");
+    await sleep(1_600);
+    const second = await b.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+    const w3 = await put(b, bucket, "k", "w3", second.fencingToken);
+    expect(w3.status).toBe(200);
+    refused.cancel();
+    await waitFor(
+      async () =>
+        (await allAuditRecords(a.leases, { bucket, key: "k" })).some(
+          (r) => r.requestId === d2.requestId && r.decision === "accepted",
+        ),
+      { what: "the second delete's accepted record", timeoutMs: 15_000 },
+    );
+
+    const accepted = (await allAuditRecords(a.leases, { bucket, key: "k" }))
+      .filter((r) => r.decision === "accepted" && (r.op === "PutObject" || r.op === "DeleteObject"))
+      .sort((x, y) => x.seq - y.seq);
+    expect(accepted.map((r) => r.requestId).slice(1), "the accepted writes of k after the first put").toEqual(
+      [d1.requestId, d2.requestId, w3.requestId],
+    );
   }, 60_000);
 });
