@@ -4,11 +4,15 @@
  * with higher tokens. The store's order was right; the audit log's was not.
  *
  * The minimal form, on each remote store: two gateways on one Redis lease store and audit log
- * (through the Redis fault proxy). Gateway A's commit lands and its answer is lost: A answers
- * "unknown" and learns the outcome in the background; the record of that outcome waits in the
- * network (as a paused replica would hold it) until the key's next lease has been granted on
- * gateway B and its write recorded. The grant fences the object first, and the landed write's
- * record must come before B's.
+ * (through the Redis fault proxy). Gateway A's commit lands and its answer is lost; A learns from
+ * the object's state that it landed, but its record waits in the network (as a paused replica
+ * would hold it) past the log's timeout: A answers "unknown" and appends the record once it can.
+ * The key's next lease is granted on gateway B meanwhile and writes: the grant fences the object
+ * first, and the landed write's record must come before B's.
+ *
+ * And: a write whose outcome A cannot learn (the state unreadable after the lost answer) and whose
+ * "unknown" record the log loses is still answered unknown, and recorded accepted once learnt,
+ * never refused.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestGateway, type TestGateway } from "../../support/gateway.js";
@@ -89,8 +93,8 @@ describe.each(FAULTY_STORES)(
         held.release();
         await waitFor(
           async () =>
-            (await allAuditRecords(a.leases, { bucket, requestId: answer.requestId })).some(
-              (r) => r.decision === "accepted",
+            (await allAuditRecords(a.leases, { bucket, key: "k" })).some(
+              (r) => r.requestId === answer.requestId && r.decision === "accepted",
             ),
           { what: "the landed write's accepted record", timeoutMs: 15_000 },
         );
@@ -109,5 +113,40 @@ describe.each(FAULTY_STORES)(
         ]);
       }, 60_000);
     }
+
+    it("answers unknown and records the outcome when the log loses the unknown record", async () => {
+      // The write's commit answer is lost, then its "unknown" record too: the answer still says
+      // unknown, and nothing records the write as refused (it landed).
+      const [a] = gateways as [TestGateway];
+      const bucket = newBucket(store);
+      await createBucket(a, bucket);
+      const lease = await a.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+      expect((await put(a, bucket, "k", "zero", lease.fencingToken)).status).toBe(200);
+      const lost = store.proxy.on(store.commit(bucket, "k"), { kind: "drop-answer" });
+      // From then on, reads of the object's state fail for a while: the gateway cannot learn.
+      const unreadable = lost.reached.then(() =>
+        store.proxy.on(store.stateRead(bucket, "k"), { kind: "reset" }, { times: Number.POSITIVE_INFINITY }),
+      );
+      const reset = proxy.on(
+        { command: "EVALSHA", args: (x) => x.includes("PutObject") && x.includes("unknown") },
+        { kind: "reset" },
+      );
+      const answer = await put(a, bucket, "k", "landed", lease.fencingToken);
+      (await unreadable).cancel();
+      expect(lost.count, "the commit's answer was lost").toBe(1);
+      expect(reset.count, `the unknown record was lost (answered ${answer.status})`).toBe(1);
+      expect(answer.outcome, `answered ${answer.status} ${answer.code}`).toBe("unknown");
+      expect(await read(a, bucket, "k")).toBe("landed");
+      const records = await waitFor(
+        async () => {
+          const mine = (await allAuditRecords(a.leases, { bucket, key: "k" })).filter(
+            (r) => r.requestId === answer.requestId,
+          );
+          return mine.some((r) => r.decision === "accepted") ? mine : null;
+        },
+        { what: "the landed write's accepted record", timeoutMs: 15_000 },
+      );
+      expect(records.map((r) => r.decision)).toEqual(["accepted"]);
+    }, 60_000);
   },
 );
