@@ -133,6 +133,8 @@ function decide<S>(
   state: FenceState,
   commit: FencedCommit | undefined,
   writeId: string,
+  /** The backend keeps a write's note with the state it makes (compare-and-swap backends). */
+  keepsNotes = false,
 ): { next: NextState<S> | null; highestToken: number | null } {
   if (spec.op === "raise") {
     if (!(Number.isSafeInteger(spec.token) && spec.token >= 0)) {
@@ -157,8 +159,10 @@ function decide<S>(
         highestToken: hct,
       };
     case "delete":
-      // Nothing stored and no HCT to keep; or already a tombstone with this HCT.
-      if ((!state.stored && hct === null) || (state.deleted && state.hct === hct)) {
+      // Nothing stored and no HCT to keep; or already a tombstone with this HCT (and this note:
+      // another delete's tombstone takes this one's, for whoever records it later).
+      const sameNote = !keepsNotes || commit?.note === undefined || state.note === commit.note;
+      if ((!state.stored && hct === null) || (state.deleted && state.hct === hct && sameNote)) {
         return { next: null, highestToken: hct };
       }
       return { next: { kind: "delete", hct, writeId, ...noteOf(commit) }, highestToken: hct };
@@ -343,7 +347,7 @@ async function runSwaps<S>(
     }
     let decided: { next: CasNext<S> | null; highestToken: number | null };
     try {
-      decided = decide(spec, observed, commit, writeId);
+      decided = decide(spec, observed, commit, writeId, true);
       if (decided.next?.kind === "put") await port.usable?.(decided.next.version, observed);
       if (stageIn && (spec.op === "put" || spec.op === "delete")) {
         // A transaction's write: checked as a single write, then staged beside the live state.
@@ -381,6 +385,15 @@ async function runSwaps<S>(
     // Nothing was sent yet: a client that went away is refused. Once sent, a commit is seen
     // through whatever the client does: its outcome is what gets recorded.
     if (attempt === 1 && commit?.signal.aborted) throw abandoned();
+    // The write it replaces landed: recorded first (write-notes.ts), while nothing is sent.
+    if (
+      commit?.predecessor &&
+      (next.kind === "put" || next.kind === "delete") &&
+      observed.note !== undefined &&
+      observed.note !== commit.note
+    ) {
+      await commit.predecessor(observed.note);
+    }
     // A send that throws certainly did nothing; but once an earlier send's answer was lost, the
     // write's outcome stays unknown whatever this one says.
     const send = async (): Promise<SwapAnswer> => {

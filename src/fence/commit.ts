@@ -80,6 +80,13 @@ export type FencedCommit = {
    */
   note?: string;
   /**
+   * Called by a compare-and-swap backend before it sends a put or a delete over a state whose
+   * note (another write's) says who wrote it last: that write landed, and is recorded now if
+   * nobody has yet, so that its record comes before this write's whatever became of its own
+   * gateway. Throws to refuse (nothing was sent).
+   */
+  predecessor?(note: string): Promise<void>;
+  /**
    * The write belongs to a fenced transaction (src/transactions/): the driver checks it like any
    * write (the HCT rule, the conditions, the lease, its audit record) in one step and hands the
    * staged change to the transaction instead of making it visible; the transaction's commit makes

@@ -20,7 +20,7 @@ import { type AuthorizedWrite, authorizeWrite, type FencingPolicy } from "./deci
 import { assertUploadFence } from "./multipart-rules.js";
 import type { Outcomes } from "./outcomes.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
-import { encodeNote, outcomeKey } from "./write-notes.js";
+import { encodeNote, outcomeKey, recordLanded } from "./write-notes.js";
 
 export type WriteContext = {
   op: string;
@@ -89,6 +89,9 @@ type Committed = { highestToken: number | null };
 
 const AUDITED = Symbol("fencegate.audited");
 
+/** How many keys of its own accepted records a gateway remembers (WriteFencer.recorded). */
+const RECORDED_KEPT = 4_096;
+
 function markAudited(err: unknown): unknown {
   if (typeof err === "object" && err !== null) (err as Record<symbol, unknown>)[AUDITED] = true;
   return err;
@@ -115,8 +118,18 @@ function wasAudited(err: unknown): boolean {
 export class WriteFencer {
   /** Where writes that carry a transaction go; none: such writes are refused. */
   transactions: TransactionJoin | undefined;
+  /**
+   * The keys (outcomeKey) of the accepted records this gateway appended lately: a write over one
+   * of them need not record its predecessor again (FencedCommit.predecessor).
+   */
+  private readonly recorded = new Set<string>();
 
   constructor(private readonly opts: WriteFencerOptions) {}
+
+  private remember(once: string): void {
+    this.recorded.add(once);
+    if (this.recorded.size > RECORDED_KEPT) this.recorded.delete(this.recorded.values().next().value!);
+  }
 
   /** Which parts of the decision can run inside the atomic step of this bucket's backend. */
   private joins(bucket: string): { leases: boolean; audit: boolean } {
@@ -177,6 +190,16 @@ export class WriteFencer {
           p: ctx.principal,
           ...(this.opts.gatewayId !== undefined ? { g: this.opts.gatewayId } : {}),
         }),
+        predecessor: async (text) => {
+          try {
+            const once = await recordLanded(this.opts.audit, text, ctx.bucket, ctx.key, (k) =>
+              this.recorded.has(k),
+            );
+            if (once !== null) this.remember(once);
+          } catch (cause) {
+            throw auditUnavailable(cause);
+          }
+        },
         signal: ctx.signal ?? new AbortController().signal,
         ...(state.early ? { early: state.early } : {}),
         ...(transaction ? { transaction } : {}),
@@ -270,13 +293,11 @@ export class WriteFencer {
     const once = outcomeKey(ctx.requestId, ctx.bucket, ctx.key);
     markAudited(err);
     this.opts.observe?.(ctx.op, "unknown", "ServiceUnavailable");
-    try {
-      // Not after its outcome: a grant that fenced the object may have recorded it already.
-      await this.opts.audit.appendOnce(draft, `${once} unknown`, once);
-    } finally {
-      // Recorded or not, the outcome is learnt and recorded once known.
-      this.opts.outcomes?.track(err, draft, intentId, once);
-    }
+    // Not after its outcome: a grant that fenced the object may have recorded it already. A log
+    // that does not take it changes nothing: the answer stays "unknown" (never a refusal, which
+    // would be recorded in the outcome's place), and the outcome is recorded once learnt.
+    await this.opts.audit.appendOnce(draft, `${once} unknown`, once).catch(() => undefined);
+    this.opts.outcomes?.track(err, draft, intentId, once);
   }
 
   /**
@@ -385,7 +406,9 @@ export class WriteFencer {
     try {
       // Once, refusals too: an append whose answer was lost is tried again by the request's
       // refusal path (src/s3-endpoint/handler.ts), and must not leave the decision twice.
-      await this.opts.audit.appendOnce(draft, outcomeKey(ctx.requestId, ctx.bucket, ctx.key ?? ""));
+      const once = outcomeKey(ctx.requestId, ctx.bucket, ctx.key ?? "");
+      await this.opts.audit.appendOnce(draft, once);
+      if (outcome.decision === "accepted") this.remember(once);
     } catch (cause) {
       throw auditUnavailable(cause);
     }

@@ -5,7 +5,9 @@ import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
  * (FencedCommit.note), so that whoever learns first that the write landed records it, once: its
  * own gateway after the commit, or a grant that fences the object before a newer lease writes
  * there (its gateway may be paused between its commit and its record). Either way the record
- * of an object's write comes before the records of the writes after it.
+ * of an object's write comes before the records of the writes after it. A write that is about to
+ * land over another learns too that the other landed, and records it before it is sent
+ * (FencedCommit.predecessor): so the state's one note is enough, however many writes came before.
  */
 type WriteNote = {
   /** The request id. */
@@ -71,7 +73,25 @@ export function fencingWithRecords(opts: {
   return async (bucket, key, token) => {
     await opts.raise(bucket, key, token);
     const text = await opts.noteOf(bucket, key);
-    const note = text === null ? null : decodeNote(text);
-    if (note) await opts.audit.appendOnce(landedRecord(note, bucket, key), outcomeKey(note.r, bucket, key));
+    if (text !== null) await recordLanded(opts.audit, text, bucket, key);
   };
+}
+
+/**
+ * Appends the accepted record of the write whose note the object's state holds, unless it is
+ * there already (AuditLog.appendOnce) or `known` says it is. Answers the key it is recorded under
+ * (null for a note that cannot be read).
+ */
+export async function recordLanded(
+  audit: AuditLog,
+  text: string,
+  bucket: string,
+  key: string,
+  known: (once: string) => boolean = () => false,
+): Promise<string | null> {
+  const note = decodeNote(text);
+  if (!note) return null;
+  const once = outcomeKey(note.r, bucket, key);
+  if (!known(once)) await audit.appendOnce(landedRecord(note, bucket, key), once);
+  return once;
 }
