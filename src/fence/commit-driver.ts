@@ -158,7 +158,7 @@ function decide<S>(
         next: { kind: "put", version: spec.version, hct, writeId, ...noteOf(commit) },
         highestToken: hct,
       };
-    case "delete":
+    case "delete": {
       // Nothing stored and no HCT to keep; or already a tombstone with this HCT (and this note:
       // another delete's tombstone takes this one's, for whoever records it later).
       const sameNote = !keepsNotes || commit?.note === undefined || state.note === commit.note;
@@ -166,6 +166,7 @@ function decide<S>(
         return { next: null, highestToken: hct };
       }
       return { next: { kind: "delete", hct, writeId, ...noteOf(commit) }, highestToken: hct };
+    }
   }
 }
 

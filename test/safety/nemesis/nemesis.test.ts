@@ -8,7 +8,10 @@
  *
  * What it has found keeps a minimal, deterministic test beside it: audit-gap (a write that landed
  * while the audit log was down is never recorded), audit-order (a write recorded late by a paused
- * replica is listed after later writes), retried-commit (Azure: a landed write recorded rejected),
+ * replica is listed after later writes), audit-order-unknown (the same for a write answered
+ * unknown; an unknown record the log lost), audit-order-successor (a late record written over by
+ * the same lease, or a repeated delete, recorded after the next lease's write), retried-commit
+ * (Azure: a landed write recorded rejected),
  * ghost-waiter (a stale wait-queue ticket refuses a free key for 10 s).
  */
 import { describe, expect, it } from "vitest";
