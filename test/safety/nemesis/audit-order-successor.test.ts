@@ -14,54 +14,22 @@
  * each through its own Redis fault proxy; gateway A's appends of W's record are reset until the
  * end.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { type RedisServer, startRedis } from "../../support/redis.js";
-import { type RedisFaultProxy, startRedisFaultProxy } from "../../support/redis-fault-proxy.js";
-import { allAuditRecords } from "../../support/safety-helpers.js";
+import { describe, expect, it } from "vitest";
+import type { RedisFaultProxy } from "../../support/redis-fault-proxy.js";
 import { requireTools } from "../../support/tools.js";
-import { sleep, waitFor } from "../../support/wait.js";
+import { sleep } from "../../support/wait.js";
 import { createBucket, del, newBucket, put, read } from "../faults/fault-kit.js";
-import { FAULTY_STORES, type FaultyStore } from "../faults/faulty-store.js";
-import { SIGNING_KEY } from "./cluster.js";
+import { FAULTY_STORES } from "../faults/faulty-store.js";
+import { acceptedRecord, acceptedWrites, replicaPair } from "./replica-pair.js";
 
 requireTools("redis-server");
 
 describe.each(FAULTY_STORES)("a landed write whose record is late, written over, on $name", ({ start }) => {
-  let redis: RedisServer;
-  const proxies: RedisFaultProxy[] = [];
-  let store: FaultyStore;
-  const gateways: TestGateway[] = [];
-
-  beforeAll(async () => {
-    redis = await startRedis();
-    store = await start();
-    for (const id of ["gw-a", "gw-b"]) {
-      const proxy = await startRedisFaultProxy(redis.port);
-      proxies.push(proxy);
-      gateways.push(
-        await startTestGateway({
-          overrides: {
-            backend: store.backend({ requestTimeoutMs: 5_000 }),
-            leaseStore: { type: "redis", url: proxy.url, unsafeSettings: "warn" },
-          },
-          env: { FENCEGATE_GATEWAY_ID: id, FENCEGATE_TOKEN_SIGNING_KEY: SIGNING_KEY },
-        }),
-      );
-    }
-  }, 60_000);
-
-  afterAll(async () => {
-    for (const p of proxies) p.clear();
-    for (const gw of gateways) await gw.stop();
-    for (const p of proxies) await p.close();
-    await store?.stop();
-    await redis?.stop();
-  });
+  const pair = replicaPair(start, "each");
 
   it("is listed before the writes that came after it", async () => {
-    const [a, b] = gateways as [TestGateway, TestGateway];
-    const [proxyA] = proxies as [RedisFaultProxy];
+    const { a, b, store } = pair;
+    const [proxyA] = pair.proxies as [RedisFaultProxy];
     const bucket = newBucket(store);
     await createBucket(a, bucket);
     const first = await a.leases.acquire({ bucket, key: "k", ttlMs: 1_500 });
@@ -84,17 +52,9 @@ describe.each(FAULTY_STORES)("a landed write whose record is late, written over,
     expect(w3.status).toBe(200);
     // A's log comes back: it records what it learnt.
     refused.cancel();
-    await waitFor(
-      async () =>
-        (await allAuditRecords(a.leases, { bucket, key: "k" })).some(
-          (r) => r.requestId === w.requestId && r.decision === "accepted",
-        ),
-      { what: "W's accepted record", timeoutMs: 15_000 },
-    );
+    await acceptedRecord(a, bucket, "k", w.requestId);
 
-    const accepted = (await allAuditRecords(a.leases, { bucket, key: "k", op: "PutObject" }))
-      .filter((r) => r.decision === "accepted")
-      .sort((x, y) => x.seq - y.seq);
+    const accepted = await acceptedWrites(a, bucket, "k");
     expect(
       accepted.map((r) => r.requestId),
       "the accepted writes of k in the audit log's order (W, W2, W3)",
@@ -104,8 +64,8 @@ describe.each(FAULTY_STORES)("a landed write whose record is late, written over,
   it("is listed in its place when it deletes an object its lease had deleted already", async () => {
     // The second delete changes no byte and no HCT; its note must still reach the object's state,
     // or the next grant records the first delete and not this one.
-    const [a, b] = gateways as [TestGateway, TestGateway];
-    const [proxyA] = proxies as [RedisFaultProxy];
+    const { a, b, store } = pair;
+    const [proxyA] = pair.proxies as [RedisFaultProxy];
     const bucket = newBucket(store);
     await createBucket(a, bucket);
     const first = await a.leases.acquire({ bucket, key: "k", ttlMs: 1_500 });
@@ -128,17 +88,9 @@ describe.each(FAULTY_STORES)("a landed write whose record is late, written over,
     const w3 = await put(b, bucket, "k", "w3", second.fencingToken);
     expect(w3.status).toBe(200);
     refused.cancel();
-    await waitFor(
-      async () =>
-        (await allAuditRecords(a.leases, { bucket, key: "k" })).some(
-          (r) => r.requestId === d2.requestId && r.decision === "accepted",
-        ),
-      { what: "the second delete's accepted record", timeoutMs: 15_000 },
-    );
+    await acceptedRecord(a, bucket, "k", d2.requestId);
 
-    const accepted = (await allAuditRecords(a.leases, { bucket, key: "k" }))
-      .filter((r) => r.decision === "accepted" && (r.op === "PutObject" || r.op === "DeleteObject"))
-      .sort((x, y) => x.seq - y.seq);
+    const accepted = await acceptedWrites(a, bucket, "k");
     expect(accepted.map((r) => r.requestId).slice(1), "the accepted writes of k after the first put").toEqual(
       [d1.requestId, d2.requestId, w3.requestId],
     );

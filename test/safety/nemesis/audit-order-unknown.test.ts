@@ -14,55 +14,26 @@
  * "unknown" record the log loses is still answered unknown, and recorded accepted once learnt,
  * never refused.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { type RedisServer, startRedis } from "../../support/redis.js";
-import { type RedisFaultProxy, startRedisFaultProxy } from "../../support/redis-fault-proxy.js";
+import { describe, expect, it } from "vitest";
+import type { RedisFaultProxy } from "../../support/redis-fault-proxy.js";
 import { allAuditRecords } from "../../support/safety-helpers.js";
 import { requireTools } from "../../support/tools.js";
 import { sleep, waitFor } from "../../support/wait.js";
 import { createBucket, del, newBucket, put, read } from "../faults/fault-kit.js";
-import { FAULTY_STORES, type FaultyStore } from "../faults/faulty-store.js";
-import { SIGNING_KEY } from "./cluster.js";
+import { FAULTY_STORES } from "../faults/faulty-store.js";
+import { acceptedRecord, acceptedWrites, replicaPair } from "./replica-pair.js";
 
 requireTools("redis-server");
 
 describe.each(FAULTY_STORES)(
   "a write whose answer was lost, its outcome recorded late, on $name",
   ({ start }) => {
-    let redis: RedisServer;
-    let proxy: RedisFaultProxy;
-    let store: FaultyStore;
-    const gateways: TestGateway[] = [];
-
-    beforeAll(async () => {
-      redis = await startRedis();
-      proxy = await startRedisFaultProxy(redis.port);
-      store = await start();
-      for (const id of ["gw-a", "gw-b"]) {
-        gateways.push(
-          await startTestGateway({
-            overrides: {
-              backend: store.backend({ requestTimeoutMs: 5_000 }),
-              leaseStore: { type: "redis", url: proxy.url, unsafeSettings: "warn" },
-            },
-            env: { FENCEGATE_GATEWAY_ID: id, FENCEGATE_TOKEN_SIGNING_KEY: SIGNING_KEY },
-          }),
-        );
-      }
-    }, 60_000);
-
-    afterAll(async () => {
-      proxy?.clear();
-      for (const gw of gateways) await gw.stop();
-      await proxy?.close();
-      await store?.stop();
-      await redis?.stop();
-    });
+    const pair = replicaPair(start, "shared");
 
     for (const op of ["PutObject", "DeleteObject"] as const) {
       it(`lists a ${op} in the audit log in the order of the commits`, async () => {
-        const [a, b] = gateways as [TestGateway, TestGateway];
+        const { a, b, store } = pair;
+        const [proxy] = pair.proxies as [RedisFaultProxy];
         const bucket = newBucket(store);
         await createBucket(a, bucket);
         const setup = await a.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
@@ -91,18 +62,10 @@ describe.each(FAULTY_STORES)(
         const second = await b.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
         expect((await put(b, bucket, "k", "second", second.fencingToken)).status).toBe(200);
         held.release();
-        await waitFor(
-          async () =>
-            (await allAuditRecords(a.leases, { bucket, key: "k" })).some(
-              (r) => r.requestId === answer.requestId && r.decision === "accepted",
-            ),
-          { what: "the landed write's accepted record", timeoutMs: 15_000 },
-        );
+        await acceptedRecord(a, bucket, "k", answer.requestId);
         await sleep(500);
 
-        const accepted = (await allAuditRecords(a.leases, { bucket, key: "k" }))
-          .filter((r) => r.decision === "accepted" && (r.op === "PutObject" || r.op === "DeleteObject"))
-          .sort((x, y) => x.seq - y.seq);
+        const accepted = await acceptedWrites(a, bucket, "k");
         expect(
           accepted.map((r) => ({ op: r.op, token: r.token, requestId: r.requestId })),
           "the accepted writes of k in the audit log's order",
@@ -117,7 +80,8 @@ describe.each(FAULTY_STORES)(
     it("answers unknown and records the outcome when the log loses the unknown record", async () => {
       // The write's commit answer is lost, then its "unknown" record too: the answer still says
       // unknown, and nothing records the write as refused (it landed).
-      const [a] = gateways as [TestGateway];
+      const { a, store } = pair;
+      const [proxy] = pair.proxies as [RedisFaultProxy];
       const bucket = newBucket(store);
       await createBucket(a, bucket);
       const lease = await a.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
@@ -137,14 +101,9 @@ describe.each(FAULTY_STORES)(
       expect(reset.count, `the unknown record was lost (answered ${answer.status})`).toBe(1);
       expect(answer.outcome, `answered ${answer.status} ${answer.code}`).toBe("unknown");
       expect(await read(a, bucket, "k")).toBe("landed");
-      const records = await waitFor(
-        async () => {
-          const mine = (await allAuditRecords(a.leases, { bucket, key: "k" })).filter(
-            (r) => r.requestId === answer.requestId,
-          );
-          return mine.some((r) => r.decision === "accepted") ? mine : null;
-        },
-        { what: "the landed write's accepted record", timeoutMs: 15_000 },
+      await acceptedRecord(a, bucket, "k", answer.requestId);
+      const records = (await allAuditRecords(a.leases, { bucket, key: "k" })).filter(
+        (r) => r.requestId === answer.requestId,
       );
       expect(records.map((r) => r.decision)).toEqual(["accepted"]);
     }, 60_000);

@@ -11,52 +11,22 @@
  * replica would hold it) until the key's next lease has been granted on the other gateway and its
  * write recorded.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startTestGateway, type TestGateway } from "../../support/gateway.js";
-import { type RedisServer, startRedis } from "../../support/redis.js";
-import { type RedisFaultProxy, startRedisFaultProxy } from "../../support/redis-fault-proxy.js";
-import { allAuditRecords } from "../../support/safety-helpers.js";
+import { describe, expect, it } from "vitest";
+import type { RedisFaultProxy } from "../../support/redis-fault-proxy.js";
 import { requireTools } from "../../support/tools.js";
 import { sleep } from "../../support/wait.js";
 import { createBucket, newBucket, put, read } from "../faults/fault-kit.js";
-import { FAULTY_STORES, type FaultyStore } from "../faults/faulty-store.js";
-import { SIGNING_KEY } from "./cluster.js";
+import { FAULTY_STORES } from "../faults/faulty-store.js";
+import { acceptedWrites, replicaPair } from "./replica-pair.js";
 
 requireTools("redis-server");
 
 describe.each(FAULTY_STORES)("a write recorded late by a paused gateway, on $name", ({ start }) => {
-  let redis: RedisServer;
-  let proxy: RedisFaultProxy;
-  let store: FaultyStore;
-  const gateways: TestGateway[] = [];
-
-  beforeAll(async () => {
-    redis = await startRedis();
-    proxy = await startRedisFaultProxy(redis.port);
-    store = await start();
-    for (const id of ["gw-a", "gw-b"]) {
-      gateways.push(
-        await startTestGateway({
-          overrides: {
-            backend: store.backend({ requestTimeoutMs: 5_000 }),
-            leaseStore: { type: "redis", url: proxy.url, unsafeSettings: "warn" },
-          },
-          env: { FENCEGATE_GATEWAY_ID: id, FENCEGATE_TOKEN_SIGNING_KEY: SIGNING_KEY },
-        }),
-      );
-    }
-  }, 60_000);
-
-  afterAll(async () => {
-    proxy?.clear();
-    for (const gw of gateways) await gw.stop();
-    await proxy?.close();
-    await store?.stop();
-    await redis?.stop();
-  });
+  const pair = replicaPair(start, "shared");
 
   it("is listed in the audit log in the order of the commits", async () => {
-    const [a, b] = gateways as [TestGateway, TestGateway];
+    const { a, b, store } = pair;
+    const [proxy] = pair.proxies as [RedisFaultProxy];
     const bucket = newBucket(store);
     await createBucket(a, bucket);
     const first = await a.leases.acquire({ bucket, key: "k", ttlMs: 1_000 });
@@ -77,9 +47,7 @@ describe.each(FAULTY_STORES)("a write recorded late by a paused gateway, on $nam
     held.release();
     expect((await writing).status).toBe(200);
 
-    const accepted = (await allAuditRecords(a.leases, { bucket, op: "PutObject" }))
-      .filter((r) => r.decision === "accepted")
-      .sort((x, y) => x.seq - y.seq);
+    const accepted = await acceptedWrites(a, bucket, "k");
     // The store's order: first, then second (its content). The log's order must be the same.
     expect(
       accepted.map((r) => ({ seq: r.seq, token: r.token, gateway: r.gateway })),
