@@ -18,6 +18,7 @@ import { describe, expect, it } from "vitest";
 import type { RedisFaultProxy } from "../../support/redis-fault-proxy.js";
 import { requireTools } from "../../support/tools.js";
 import { sleep } from "../../support/wait.js";
+import { api, openTransaction, putIn } from "../../transactions/support.js";
 import { createBucket, del, newBucket, put, read } from "../faults/fault-kit.js";
 import { FAULTY_STORES } from "../faults/faulty-store.js";
 import { acceptedRecord, acceptedWrites, replicaPair } from "./replica-pair.js";
@@ -94,5 +95,35 @@ describe.each(FAULTY_STORES)("a landed write whose record is late, written over,
     expect(accepted.map((r) => r.requestId).slice(1), "the accepted writes of k after the first put").toEqual(
       [d1.requestId, d2.requestId, w3.requestId],
     );
+  }, 60_000);
+
+  it("is listed before a transaction's write staged over it", async () => {
+    const { a, b, store } = pair;
+    const [proxyA] = pair.proxies as [RedisFaultProxy];
+    const bucket = newBucket(store);
+    await createBucket(a, bucket);
+    const lease = await a.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+    const refused = proxyA.on(
+      { command: "EVALSHA", args: (x) => x.includes("PutObject") && x.includes("accepted") },
+      { kind: "reset" },
+      { times: Number.POSITIVE_INFINITY },
+    );
+    const w = await put(a, bucket, "k", "w", lease.fencingToken);
+    expect(w.outcome, `W answered ${w.status} ${w.code}`).toBe("unknown");
+    // The lease stages a write of the object in a transaction through B, and commits it.
+    const tx = await openTransaction(b, lease.leaseId);
+    const staged = await putIn(b, lease, tx.transactionId, bucket, "k", "staged");
+    expect(staged.status, staged.text).toBe(200);
+    const committed = await api(b, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(committed.status, committed.text).toBe(200);
+    expect(await read(b, bucket, "k")).toBe("staged");
+    refused.cancel();
+    await acceptedRecord(a, bucket, "k", w.requestId);
+
+    const stagedId = String(staged.headers["x-amz-request-id"]);
+    expect(
+      (await acceptedWrites(a, bucket, "k")).map((r) => r.requestId),
+      "the accepted writes of k in the audit log's order (W, the staged write)",
+    ).toEqual([w.requestId, stagedId]);
   }, 60_000);
 });
