@@ -386,10 +386,11 @@ async function runSwaps<S>(
     // Nothing was sent yet: a client that went away is refused. Once sent, a commit is seen
     // through whatever the client does: its outcome is what gets recorded.
     if (attempt === 1 && commit?.signal.aborted) throw abandoned();
-    // The write it replaces landed: recorded first (write-notes.ts), while nothing is sent.
+    // The write it replaces (or stages over) landed: recorded first (write-notes.ts), while
+    // nothing is sent.
     if (
       commit?.predecessor &&
-      (next.kind === "put" || next.kind === "delete") &&
+      (next.kind === "put" || next.kind === "delete" || next.kind === "stage") &&
       observed.note !== undefined &&
       observed.note !== commit.note
     ) {

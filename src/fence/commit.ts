@@ -80,7 +80,8 @@ export type FencedCommit = {
    */
   note?: string;
   /**
-   * Called by a compare-and-swap backend before it sends a put or a delete over a state whose
+   * Called by a compare-and-swap backend before it sends a put, a delete or a transaction's
+   * staging over a state whose
    * note (another write's) says who wrote it last: that write landed, and is recorded now if
    * nobody has yet, so that its record comes before this write's whatever became of its own
    * gateway. Throws to refuse (nothing was sent).
