@@ -386,20 +386,20 @@ async function runSwaps<S>(
     // Nothing was sent yet: a client that went away is refused. Once sent, a commit is seen
     // through whatever the client does: its outcome is what gets recorded.
     if (attempt === 1 && commit?.signal.aborted) throw abandoned();
-    // The write it replaces (or stages over) landed: recorded first (write-notes.ts), while
-    // nothing is sent.
-    if (
+    // The write it replaces (or stages over) landed: recorded first (write-notes.ts), before
+    // this one is sent (again: a no-op once recorded).
+    const predecessor =
       commit?.predecessor &&
       (next.kind === "put" || next.kind === "delete" || next.kind === "stage") &&
       observed.note !== undefined &&
       observed.note !== commit.note
-    ) {
-      await commit.predecessor(observed.note);
-    }
+        ? observed.note
+        : undefined;
     // A send that throws certainly did nothing; but once an earlier send's answer was lost, the
     // write's outcome stays unknown whatever this one says.
     const send = async (): Promise<SwapAnswer> => {
       try {
+        if (predecessor !== undefined) await commit!.predecessor!(predecessor);
         return await port.swap(ref, observed, next, { attempt, op: spec.op });
       } catch (e) {
         if (uncertain === null) throw e;
