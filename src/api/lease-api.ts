@@ -148,6 +148,7 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
 
   // Administrators only: ends the lease and fences what it covered (LeaseService.breakLease).
   app.post("/leases/:leaseId/break", async (c) => {
+    optionalJsonBody(c);
     const { lease, floorToken } = await opts.leases.breakLease(c.req.param("leaseId"), caller(c));
     return c.json({ ...viewOf(c, lease), floorToken });
   });
@@ -169,6 +170,7 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
 
   // Delegates: a second access key that renews the lease and writes with its token.
   app.post("/leases/:leaseId/delegates", async (c) => {
+    optionalJsonBody(c);
     const { delegate, secretAccessKey } = await opts.leases.addDelegate(c.req.param("leaseId"), caller(c));
     return c.json({ ...delegateView(delegate), secretAccessKey }, 201);
   });
@@ -197,7 +199,7 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
     return opts.transactions;
   };
   app.post("/leases/:leaseId/transactions", async (c) => {
-    if (c.get("body").length > 0) jsonBody(c);
+    optionalJsonBody(c);
     const tx = await transactions().begin(c.req.param("leaseId"), caller(c));
     noteLease(c.env.summary, { bucket: tx.bucket, leaseId: tx.leaseId, token: tx.token });
     const { transactionId, leaseId, token, bucket, expiresAt } = tx;
@@ -206,9 +208,10 @@ export function leaseApi(opts: LeaseApiOptions): Hono<ApiEnv> {
   app.get("/transactions/:transactionId", async (c) =>
     c.json(await transactions().describe(c.req.param("transactionId"), caller(c))),
   );
-  app.post("/transactions/:transactionId/commit", async (c) =>
-    c.json(await transactions().commit(c.req.param("transactionId"), caller(c))),
-  );
+  app.post("/transactions/:transactionId/commit", async (c) => {
+    optionalJsonBody(c);
+    return c.json(await transactions().commit(c.req.param("transactionId"), caller(c)));
+  });
   app.delete("/transactions/:transactionId", async (c) => {
     await transactions().abort(c.req.param("transactionId"), caller(c));
     return c.body(null, 204);
@@ -244,6 +247,14 @@ function jsonBody(c: Context<ApiEnv>): Record<string, unknown> {
     throw invalid("the request body must be a JSON object");
   }
   return parsed as Record<string, unknown>;
+}
+
+/**
+ * A call that takes no fields may come with a body all the same (an SDK sends `{}`); one that is
+ * not a JSON object is refused as every other call refuses it, never ignored.
+ */
+function optionalJsonBody(c: Context<ApiEnv>): void {
+  if (c.get("body").length > 0) jsonBody(c);
 }
 
 function invalid(message: string): DomainError {

@@ -5,14 +5,12 @@ import { DomainError } from "../core/errors.js";
 import type { RequestAuthenticator } from "../http/authenticator.js";
 import { continueBody } from "../http/expect-continue.js";
 import { splitRawUrl } from "../http/raw-url.js";
-import { UNSIGNED_PAYLOAD } from "../http/sigv4/index.js";
+import { EMPTY_SHA256, UNSIGNED_PAYLOAD } from "../http/sigv4/index.js";
 import type { ApiEnv } from "./lease-api.js";
 
 /** Lease API request bodies are small JSON documents. */
 const MAX_BODY_BYTES = 64 * 1024;
 const EMPTY = Buffer.alloc(0);
-/** SHA-256 of no bytes: the payload hash of every request without a body (GET, DELETE). */
-const EMPTY_SHA256 = createHash("sha256").update(EMPTY).digest("hex");
 
 /**
  * SigV4 for the lease API, with the S3 access keys. Unlike S3, generic SigV4 clients (curl
@@ -25,8 +23,9 @@ export function apiAuthenticator(auth: RequestAuthenticator) {
     continueBody(incoming);
     const body = await readBody(incoming);
     const bodyHash = body.length === 0 ? EMPTY_SHA256 : createHash("sha256").update(body).digest("hex");
-    const headers = { ...incoming.headers };
-    const claimed = headers["x-amz-content-sha256"];
+    // Each value apart: a repeated header's canonical form joins its values with ",".
+    const headers: Record<string, string | readonly string[] | undefined> = { ...incoming.headersDistinct };
+    const claimed = incoming.headers["x-amz-content-sha256"];
     if (claimed === undefined) headers["x-amz-content-sha256"] = bodyHash;
     else if (claimed !== UNSIGNED_PAYLOAD && claimed !== bodyHash) {
       throw new DomainError(

@@ -10,7 +10,7 @@ import { continueBody } from "../http/expect-continue.js";
 import { nodeBodyResponse } from "../http/node-body.js";
 import { splitRawUrl } from "../http/raw-url.js";
 import { claimedAccessKeyId } from "../http/sigv4/claimed-identity.js";
-import { EMPTY_SHA256 } from "../http/sigv4/index.js";
+import { EMPTY_SHA256, type RequestHeaders } from "../http/sigv4/index.js";
 import { addressRequest } from "./addressing.js";
 import { decodeRequestBody } from "./body/index.js";
 import { accessDenied, checkNeeds, isAccessDenial } from "./protocol/access.js";
@@ -294,12 +294,15 @@ function auditUnavailable(): DomainError {
  * --aws-sigv4) leave it out; for a request without a body the hash can only be that of the
  * empty string, so such requests are accepted too. Requests with a body still need the header.
  */
-function withImpliedPayloadHash(incoming: IncomingMessage): IncomingMessage["headers"] {
+function withImpliedPayloadHash(incoming: IncomingMessage): RequestHeaders {
+  // Each value apart: a repeated header's canonical form joins its values with "," (Node's
+  // \`headers\` joins them with ", ", which no signer signed).
+  const distinct = incoming.headersDistinct;
   const h = incoming.headers;
-  if (h["x-amz-content-sha256"] !== undefined || h.authorization === undefined) return h;
+  if (h["x-amz-content-sha256"] !== undefined || h.authorization === undefined) return distinct;
   const bodyless =
     (h["content-length"] === undefined || h["content-length"] === "0") && !h["transfer-encoding"];
-  return bodyless ? { ...h, "x-amz-content-sha256": EMPTY_SHA256 } : h;
+  return bodyless ? { ...distinct, "x-amz-content-sha256": EMPTY_SHA256 } : distinct;
 }
 
 /** The headers without the checksum claims of x-amz-checksum-* and x-amz-sdk-checksum-algorithm. */

@@ -8,8 +8,8 @@ import { createHash } from "node:crypto";
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CREDENTIALS, startTestGateway, type TestGateway } from "../support/gateway.js";
-import { signedRequest, signRequest } from "../support/signed-http.js";
-import { apiAs } from "./lease-calls.js";
+import { rawRequest, signedRequest, signRequest } from "../support/signed-http.js";
+import { apiAs, apiCall } from "./lease-calls.js";
 
 let gw: TestGateway;
 const api = () => apiAs(gw.url, CREDENTIALS);
@@ -92,6 +92,50 @@ describe("lease API request bodies", () => {
     expect(after.status).toBe(201);
     expect(after.body.owner).not.toMatch(/^ +$/);
     await api().release(after.body.leaseId);
+  });
+
+  it("a signed header sent twice verifies: its canonical value joins the two with a bare comma", async () => {
+    const body = JSON.stringify({ bucket: BUCKET, key: "twice", ttlMs: 30_000, owner: "twice" });
+    const signed = await signRequest(gw.url, {
+      method: "POST",
+      path: "/_fence/v1/leases",
+      body,
+      headers: { "content-type": "application/json", "x-amz-meta-note": "a,b" },
+    });
+    const headers: Record<string, string | string[]> = { ...signed.headers, "x-amz-meta-note": ["a", "b"] };
+    const sent = await rawRequest(gw.url, { ...signed, headers });
+    expect({ status: sent.status, body: sent.text.slice(0, 300) }).toMatchObject({ status: 201 });
+    expect((await api().release(JSON.parse(sent.text).leaseId)).status).toBe(204);
+  });
+
+  it("a call that takes no fields refuses a body that is not a JSON object, and does nothing", async () => {
+    const lease = (await api().acquire({ bucket: BUCKET, key: "no-fields", ttlMs: 30_000 })).body;
+    const paths = [
+      `/_fence/v1/leases/${lease.leaseId}/delegates`,
+      `/_fence/v1/leases/${lease.leaseId}/break`,
+      `/_fence/v1/leases/${lease.leaseId}/transactions`,
+      "/_fence/v1/transactions/none/commit",
+    ];
+    for (const path of paths) {
+      for (const body of ["{bad", "[1]", '"text"']) {
+        const res = await signedRequest(gw.url, {
+          method: "POST",
+          path,
+          body,
+          headers: { "content-type": "application/json" },
+        });
+        expect({ path, body, status: res.status, code: JSON.parse(res.text).error?.code }).toEqual({
+          path,
+          body,
+          status: 400,
+          code: "InvalidRequest",
+        });
+      }
+    }
+    const delegates = await apiCall(gw.url, CREDENTIALS, "GET", `/leases/${lease.leaseId}/delegates`);
+    expect(delegates.body.delegates).toEqual([]);
+    expect((await api().get(lease.leaseId)).status).toBe(200);
+    expect((await api().release(lease.leaseId)).status).toBe(204);
   });
 
   it("a client that hangs up half-way through its body is granted nothing", async () => {

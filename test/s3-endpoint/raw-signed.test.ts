@@ -11,6 +11,7 @@ import {
   type RawResponse,
   rawRequest,
   signedRequest,
+  signRequest,
 } from "../support/signed-http.js";
 
 /**
@@ -115,6 +116,25 @@ describe("signed payloads", () => {
   it("refuses an empty body whose header claims the hash of another body", async () => {
     const res = await putWithToken("hash-empty.txt", "", { payloadHash: sha256Hex("not empty") });
     expectS3Error(res, "XAmzContentSHA256Mismatch", 400);
+  });
+
+  it("accepts a signed header sent twice: its canonical value joins the two with a bare comma", async () => {
+    // SigV4 signs a repeated header as its values joined by "," (no space); the signer here signs
+    // the joined value, and the request carries the header twice, as a client with a list sends it.
+    const signed = await signRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "repeated-header.txt"),
+      body: "twice",
+      headers: { "x-fence-token": lease.fencingToken, "x-amz-meta-tag": "one,two" },
+    });
+    const headers: Record<string, string | string[]> = {
+      ...signed.headers,
+      "x-amz-meta-tag": ["one", "two"],
+    };
+    const res = await rawRequest(gw.url, { ...signed, headers });
+    expect({ status: res.status, body: res.text.slice(0, 300) }).toMatchObject({ status: 200 });
+    const got = await getObject("repeated-header.txt");
+    expect(got.text).toBe("twice");
   });
 });
 
