@@ -61,8 +61,9 @@ export async function renew(leaseId: string, opts: { ttlMs?: string } & Out): Pr
   return 0;
 }
 
-export async function release(leaseId: string): Promise<number> {
+export async function release(leaseId: string, opts: Out): Promise<number> {
   await callGateway((client) => client.release(leaseId));
+  printOne(outputMode(opts.output), { leaseId, released: true });
   process.stderr.write(`released ${leaseId}\n`);
   return 0;
 }
@@ -104,8 +105,9 @@ export async function listDelegates(leaseId: string, opts: Out): Promise<number>
   return 0;
 }
 
-export async function revokeDelegate(leaseId: string, delegateId: string): Promise<number> {
+export async function revokeDelegate(leaseId: string, delegateId: string, opts: Out): Promise<number> {
   await callGateway((client) => client.revokeDelegate(leaseId, delegateId));
+  printOne(outputMode(opts.output), { leaseId, delegateId, revoked: true });
   process.stderr.write(`revoked ${delegateId} of ${leaseId}\n`);
   return 0;
 }

@@ -152,7 +152,11 @@ export function buildProgram(): Command {
     .option("--ttl-ms <ms>", "the new time to live (default: the lease's)")
     .addOption(outputOption())
     .action(leaseAction("renew"));
-  lease.command("release <lease-id>").description("release a lease").action(leaseAction("release"));
+  lease
+    .command("release <lease-id>")
+    .description("release a lease")
+    .addOption(outputOption())
+    .action(leaseAction("release"));
   lease
     .command("break <lease-id>")
     .description("break a lease whoever holds it, and fence its holder's later writes (administrators)")
@@ -176,6 +180,7 @@ export function buildProgram(): Command {
   delegates
     .command("revoke <lease-id> <delegate-id>")
     .description("revoke a delegate: its credential stops working at once")
+    .addOption(outputOption())
     .action(leaseAction("revokeDelegate"));
 
   const pools = program
@@ -269,6 +274,7 @@ export function buildProgram(): Command {
   transaction
     .command("abort <transaction-id>")
     .description("abort a transaction: none of its writes becomes visible")
+    .addOption(outputOption())
     .action(transactionAction("abort"));
 
   const backend = program.command("backend").description("check the configured storage backends");

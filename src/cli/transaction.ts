@@ -55,8 +55,9 @@ export async function commit(transactionId: string, opts: Out): Promise<number> 
 }
 
 /** `fencegate transaction abort ID`. */
-export async function abort(transactionId: string): Promise<number> {
+export async function abort(transactionId: string, opts: Out): Promise<number> {
   await callGateway((client) => client.abortTransaction(transactionId));
+  printOne(outputMode(opts.output), { transactionId, aborted: true });
   process.stderr.write(`aborted ${transactionId}\n`);
   return 0;
 }

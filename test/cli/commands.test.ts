@@ -62,6 +62,10 @@ function commandPaths(cmd: Command, prefix: string[] = []): string[][] {
   return cmd.commands.flatMap((c) => [[...prefix, c.name()], ...commandPaths(c, [...prefix, c.name()])]);
 }
 
+function commandAt(program: Command, path: string[]): Command {
+  return path.reduce((c, name) => c.commands.find((sub) => sub.name() === name)!, program);
+}
+
 async function inBatches<T, R>(items: T[], size: number, fn: (item: T) => Promise<R>): Promise<R[]> {
   const out: R[] = [];
   for (let i = 0; i < items.length; i += size)
@@ -160,6 +164,50 @@ describe("bad values", () => {
 });
 
 describe("output", () => {
+  it("every command that talks to a gateway and prints its answer takes --output table|json|ndjson", () => {
+    // Not serve, version and backend verify (no gateway), run (it prints its command's output) and audit
+    // export (its --format chooses the file format).
+    const own = new Set(["serve", "version", "backend verify", "run", "audit export"]);
+    const groups = new Set(["lease", "lease delegates", "pools", "transaction", "backend", "help"]);
+    const program = buildProgram();
+    const client = commandPaths(program).filter((p) => !own.has(p.join(" ")) && !groups.has(p.join(" ")));
+    expect(client.length).toBeGreaterThan(12);
+    for (const path of client) {
+      const flags = commandAt(program, path).options.map((o) => o.long);
+      expect({ path, flags }).toEqual({ path, flags: expect.arrayContaining(["--output"]) });
+    }
+  });
+
+  it("release, revoke and abort print what they ended in the chosen format", async () => {
+    const lease = await gw.leases.acquire({ bucket, key: "out-release", ttlMs: 60_000, owner: "o" });
+    const released = await cli(["lease", "release", lease.leaseId, "--output", "ndjson"]);
+    expect(released.code, released.stderr).toBe(0);
+    expect(JSON.parse(released.stdout)).toEqual({ leaseId: lease.leaseId, released: true });
+    const again = await cli(["lease", "release", lease.leaseId, "--output", "table"]);
+    expect(again.code).not.toBe(0);
+    expect(again.stderr).toContain("LeaseNotFound");
+
+    const held = await gw.leases.acquire({ bucket, key: "out-revoke", ttlMs: 60_000, owner: "o" });
+    const { delegateId } = await gw.leases.delegate(held.leaseId);
+    const revoked = await cli([
+      "lease",
+      "delegates",
+      "revoke",
+      held.leaseId,
+      delegateId,
+      "--output",
+      "table",
+    ]);
+    expect(revoked.code, revoked.stderr).toBe(0);
+    expect(revoked.stdout).toMatch(new RegExp(`^delegateId: +${delegateId}$`, "m"));
+    expect(revoked.stdout).toMatch(/^revoked: +true$/m);
+
+    const tx = await gw.leases.openTransaction(held.leaseId);
+    const aborted = await cli(["transaction", "abort", tx.transactionId, "--output", "json"]);
+    expect(aborted.code, aborted.stderr).toBe(0);
+    expect(JSON.parse(aborted.stdout)).toEqual({ transactionId: tx.transactionId, aborted: true });
+    await gw.leases.release(held.leaseId);
+  });
   it("is a table on a terminal and JSON when piped, unless --output says", () => {
     const tty = process.stdout.isTTY;
     try {
