@@ -535,6 +535,13 @@ function committedError(id: string): DomainError {
 }
 
 function aborted(record: TxRecord): DomainError {
+  // Aborted because its lease expired: the commit's refusal names that, as a write's would.
+  if (record.reason === "LeaseExpired") {
+    return new DomainError("LeaseExpired", `transaction ${record.id} was aborted: its lease expired`, {
+      transactionId: record.id,
+      reason: record.reason,
+    });
+  }
   return new DomainError(
     "TransactionAborted",
     `transaction ${record.id} was aborted (${record.reason ?? "aborted"})`,

@@ -544,13 +544,17 @@ function notFound(id: string): DomainError {
 }
 
 function aborted(tx: Transaction): DomainError {
+  // Aborted because its lease expired: the commit's refusal names that, as a write's would.
+  if (tx.reason === "LeaseExpired") {
+    return new DomainError("LeaseExpired", `transaction ${tx.id} was aborted: its lease expired`, {
+      transactionId: tx.id,
+      reason: tx.reason,
+    });
+  }
   return new DomainError(
     "TransactionAborted",
     `transaction ${tx.id} was aborted (${tx.reason ?? "aborted"})`,
-    {
-      transactionId: tx.id,
-      reason: tx.reason,
-    },
+    { transactionId: tx.id, reason: tx.reason },
   );
 }
 

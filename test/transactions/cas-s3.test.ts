@@ -170,8 +170,15 @@ describe("transactions on the S3 backend", () => {
     await untilExpired(lease);
     const commit = await api(b, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status).toBe(409);
+    expect((commit.json.error as { code: string }).code).toBe("LeaseExpired");
     expect(await getBody(a, bucket, "c/1")).toBeNull();
     expect((await api(a, "GET", `/transactions/${tx.transactionId}`)).json.state).toBe("aborted");
+    // Asked again, now that it is aborted: the same refusal.
+    const again = await api(a, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect({ status: again.status, code: (again.json.error as { code: string }).code }).toEqual({
+      status: 409,
+      code: "LeaseExpired",
+    });
   });
 
   it("aborts on request: nothing visible, the keys writable", async () => {

@@ -147,8 +147,23 @@ describe("a transaction on the embedded default", () => {
     await untilExpired(lease);
     const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
     expect(commit.status).toBe(409);
-    expect(["LeaseExpired", "TransactionAborted"]).toContain((commit.json.error as { code: string }).code);
+    expect((commit.json.error as { code: string }).code).toBe("LeaseExpired");
     expect(await getBody(gw, bucket, "job9/a")).toBeNull();
+  });
+
+  it("a commit after the sweep aborted the transaction of an expired lease is refused LeaseExpired too", async () => {
+    const lease = await gw.leases.acquire({ bucket, prefix: "job10/", ttlMs: 1_000 });
+    const tx = await openTransaction(gw, lease.leaseId);
+    expect((await putIn(gw, lease, tx.transactionId, bucket, "job10/a", "late")).status).toBe(200);
+    await untilExpired(lease);
+    await waitFor(
+      async () => (await api(gw, "GET", `/transactions/${tx.transactionId}`)).json.state === "aborted",
+      { what: "the sweep aborting the transaction", timeoutMs: 10_000 },
+    );
+    const commit = await api(gw, "POST", `/transactions/${tx.transactionId}/commit`);
+    expect(commit.status).toBe(409);
+    expect(commit.json.error).toMatchObject({ code: "LeaseExpired", transactionId: tx.transactionId });
+    expect(await getBody(gw, bucket, "job10/a")).toBeNull();
   });
 
   it("a lease that ends aborts its open transaction", async () => {
