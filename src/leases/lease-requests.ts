@@ -18,7 +18,7 @@ export type AcquireRequest = {
 };
 
 export function accessDenied(message: string): DomainError {
-  return new DomainError("AccessDenied", `Access Denied: this access key ${message}`);
+  return new DomainError("AccessDenied", `Access Denied: ${message}`);
 }
 
 export function notFound(leaseId: string): DomainError {

@@ -172,7 +172,7 @@ export class LeaseService {
       !this.access.allows(principal, "lease", req.resource.bucket, scopeOf(req.resource))
     ) {
       await this.refused("LeaseAcquired", req, caller, "AccessDenied");
-      throw accessDenied(`may not lease ${describe(req.resource)}`);
+      throw accessDenied(`this access key may not lease ${describe(req.resource)}`);
     }
     return this.queue.acquire(req, caller);
   }
@@ -240,7 +240,7 @@ export class LeaseService {
     const { principal } = caller;
     if (principal !== null && !this.access.isAdmin(principal)) {
       await this.refused("LeaseBroken", existing, caller, "AccessDenied");
-      throw accessDenied("is not an administrator: only administrators break leases");
+      throw accessDenied("this access key is not an administrator: only administrators break leases");
     }
     // A lease that had expired unnoticed ended by expiry; the administrator's act is recorded too.
     const { lease, fence } = await this.opts.store.breakLease(leaseId, caller);
@@ -300,7 +300,7 @@ export class LeaseService {
     const delegate = this.delegates.leaseOf(caller.principal) === lease.leaseId;
     throw accessDenied(
       delegate
-        ? "is a delegate of the lease: delegates renew it and write with it, never release or delegate it"
+        ? "this access key is a delegate of the lease: delegates renew it and write with it, never release or delegate it"
         : `lease ${lease.leaseId} belongs to another access key`,
     );
   }

@@ -66,6 +66,9 @@ afterAll(async () => {
 async function expectDenied(res: ApiAnswer, op: string, who: Credentials): Promise<void> {
   expect(res.status).toBe(403);
   expect(res.body.error.code).toBe("AccessDenied");
+  // A sentence that says why: "Access Denied: lease … belongs to another access key", "Access
+  // Denied: this access key may not lease …".
+  expect(res.body.error.message).toMatch(/^Access Denied: (this access key |lease \S+ belongs to)/);
   const records = (await as(ROOT).audit({ op, decision: "rejected", limit: "1000" })).body.records as Array<
     Record<string, unknown>
   >;
