@@ -12,7 +12,8 @@
  *
  * And: a write whose outcome A cannot learn (the state unreadable after the lost answer) and whose
  * "unknown" record the log loses is still answered unknown, and recorded accepted once learnt,
- * never refused.
+ * never refused; one that never landed is recorded "unknown" (what its client heard), then
+ * "rejected".
  */
 import { describe, expect, it } from "vitest";
 import type { RedisFaultProxy } from "../../support/redis-fault-proxy.js";
@@ -106,6 +107,39 @@ describe.each(FAULTY_STORES)(
         (r) => r.requestId === answer.requestId,
       );
       expect(records.map((r) => r.decision)).toEqual(["accepted"]);
+    }, 60_000);
+
+    it("records unknown, then the outcome, when the log loses the unknown record of a write that never landed", async () => {
+      // Found by the nemesis run on Azure (seed 2872530754): a put answered 503 unknown whose only
+      // record said "rejected". Its commit never got through and its "unknown" record was lost:
+      // the log must still say what the client heard before it says how the write ended.
+      const { a, store } = pair;
+      const [proxy] = pair.proxies as [RedisFaultProxy];
+      const bucket = newBucket(store);
+      await createBucket(a, bucket);
+      const lease = await a.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
+      expect((await put(a, bucket, "k", "zero", lease.fencingToken)).status).toBe(200);
+      // Every send of the commit is lost on the way (the store never sees it) until cancelled.
+      const lost = store.proxy.on(store.commit(bucket, "k"), { kind: "reset" }, { times: Infinity });
+      const reset = proxy.on(
+        { command: "EVALSHA", args: (x) => x.includes("PutObject") && x.includes("unknown") },
+        { kind: "reset" },
+      );
+      const answer = await put(a, bucket, "k", "never", lease.fencingToken);
+      expect(reset.count, `the unknown record was lost (answered ${answer.status})`).toBe(1);
+      expect(answer.outcome, `answered ${answer.status} ${answer.code}`).toBe("unknown");
+      lost.cancel();
+      const mine = async () =>
+        (await allAuditRecords(a.leases, { bucket, key: "k" })).filter(
+          (r) => r.requestId === answer.requestId,
+        );
+      await waitFor(async () => (await mine()).some((r) => r.decision !== "unknown"), {
+        what: "the write's outcome recorded",
+        timeoutMs: 30_000,
+      });
+      expect(await read(a, bucket, "k")).toBe("zero");
+      await sleep(300);
+      expect((await mine()).map((r) => r.decision)).toEqual(["unknown", "rejected"]);
     }, 60_000);
   },
 );
