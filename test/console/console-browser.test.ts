@@ -182,8 +182,11 @@ describe("the console in a browser", () => {
     if (screenshot) await page.screenshot({ path: resolve(REPO_ROOT, screenshot), fullPage: true });
 
     // Break the second lease: two clicks (a confirmation), then it is gone and its holder fenced.
+    // The list is read again every 2 s: a confirmation waiting across a refresh stays armed.
     const breakButton = page.locator(`#leases tr[data-lease-id="${second.leaseId}"] button.break`);
     await breakButton.click();
+    expect(await breakButton.textContent()).toBe("Confirm break");
+    await page.waitForTimeout(2_500);
     expect(await breakButton.textContent()).toBe("Confirm break");
     await breakButton.click();
     await page.locator(`#leases tr[data-lease-id="${second.leaseId}"]`).waitFor({ state: "detached" });
