@@ -204,21 +204,35 @@ $("lease-filter").addEventListener("submit", (e) => {
   refreshLeases();
 });
 
+// Breaks waiting for their confirmation, by lease id: kept apart from the buttons, which every
+// refresh of the list draws anew.
+const armedBreaks = new Map();
+
+function showArmed(button, armed) {
+  button.textContent = armed ? "Confirm break" : "Break";
+  button.classList.toggle("danger", armed);
+}
+
 function breakButton(lease) {
-  let armed = null;
-  const button = el("button", { type: "button", class: "break", "data-lease-id": lease.leaseId }, "Break");
+  const id = lease.leaseId;
+  const button = el("button", { type: "button", class: "break", "data-lease-id": id }, "Break");
+  showArmed(button, armedBreaks.has(id));
   button.addEventListener("click", async () => {
-    if (!armed) {
-      button.textContent = "Confirm break";
-      button.classList.add("danger");
-      armed = setTimeout(() => {
-        armed = null;
-        button.textContent = "Break";
-        button.classList.remove("danger");
-      }, 5000);
+    if (!armedBreaks.has(id)) {
+      showArmed(button, true);
+      armedBreaks.set(
+        id,
+        setTimeout(() => {
+          armedBreaks.delete(id);
+          for (const drawn of document.querySelectorAll("#leases button.break")) {
+            if (drawn.dataset.leaseId === id) showArmed(drawn, false);
+          }
+        }, 5000),
+      );
       return;
     }
-    clearTimeout(armed);
+    clearTimeout(armedBreaks.get(id));
+    armedBreaks.delete(id);
     button.disabled = true;
     try {
       const broken = await api("POST", `/leases/${encodeURIComponent(lease.leaseId)}/break`);
