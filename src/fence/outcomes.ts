@@ -2,6 +2,7 @@ import type { AuditDraft, AuditLog } from "../audit/audit-log.js";
 import type { Logger } from "../core/log.js";
 import type { LeaseStore } from "../leases/lease-store.js";
 import type { OutcomeUnknownError, Settled } from "./commit-driver.js";
+import { unknownKey } from "./write-notes.js";
 
 /**
  * Writes whose outcome is unknown, until the gateway has learnt it.
@@ -30,6 +31,11 @@ type Pending = {
   intentId: string | undefined;
   /** The key of the outcome's record (AuditLog.appendOnce): recorded once, by whoever learns it. */
   once: string;
+  /**
+   * The "unknown" record may be missing (its append failed): it is appended before the outcome's,
+   * so that the log says what the client heard before it says how the write ended.
+   */
+  unrecorded: boolean;
   done: Promise<void>;
 };
 
@@ -45,10 +51,19 @@ export class Outcomes {
     return this.pending.size;
   }
 
-  /** Starts learning the outcome of a write answered "unknown" and recorded as `draft`. */
-  track(error: OutcomeUnknownError, draft: AuditDraft, intentId: string | undefined, once: string): void {
+  /**
+   * Starts learning the outcome of a write answered "unknown" and recorded as `draft`
+   * (`unrecorded`: the log may not have taken that record).
+   */
+  track(
+    error: OutcomeUnknownError,
+    draft: AuditDraft,
+    intentId: string | undefined,
+    once: string,
+    unrecorded = false,
+  ): void {
     if (this.closed) return;
-    const entry = { error, draft, intentId, once } as Pending;
+    const entry = { error, draft, intentId, once, unrecorded } as Pending;
     entry.done = this.run(entry).finally(() => this.pending.delete(entry));
     this.pending.add(entry);
   }
@@ -85,6 +100,9 @@ export class Outcomes {
       }
       try {
         const { time: _time, ...draft } = entry.draft;
+        // Once, and not after the outcome's record (a grant may have recorded the outcome already).
+        if (entry.unrecorded) await this.opts.audit.appendOnce(draft, unknownKey(entry.once), entry.once);
+        entry.unrecorded = false;
         await this.opts.audit.appendOnce(
           {
             ...draft,

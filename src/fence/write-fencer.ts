@@ -20,7 +20,7 @@ import { type AuthorizedWrite, authorizeWrite, type FencingPolicy } from "./deci
 import { assertUploadFence } from "./multipart-rules.js";
 import type { Outcomes } from "./outcomes.js";
 import { type Keyring, type TokenClaims, verifyFencingToken } from "./tokens.js";
-import { encodeNote, outcomeKey, recordLanded } from "./write-notes.js";
+import { encodeNote, outcomeKey, recordLanded, unknownKey } from "./write-notes.js";
 
 export type WriteContext = {
   op: string;
@@ -295,9 +295,13 @@ export class WriteFencer {
     this.opts.observe?.(ctx.op, "unknown", "ServiceUnavailable");
     // Not after its outcome: a grant that fenced the object may have recorded it already. A log
     // that does not take it changes nothing: the answer stays "unknown" (never a refusal, which
-    // would be recorded in the outcome's place), and the outcome is recorded once learnt.
-    await this.opts.audit.appendOnce(draft, `${once} unknown`, once).catch(() => undefined);
-    this.opts.outcomes?.track(err, draft, intentId, once);
+    // would be recorded in the outcome's place), and the record is appended again before the
+    // outcome's, once learnt (outcomes.ts).
+    const recorded = await this.opts.audit.appendOnce(draft, unknownKey(once), once).then(
+      () => true,
+      () => false,
+    );
+    this.opts.outcomes?.track(err, draft, intentId, once, !recorded);
   }
 
   /**

@@ -40,6 +40,9 @@ function decodeNote(text: string): WriteNote | null {
 /** The key under which a write's outcome is recorded once (AuditLog.appendOnce). */
 export const outcomeKey = (requestId: string, bucket: string, key: string) => `${requestId} ${bucket}/${key}`;
 
+/** The key of a write's "unknown" record (appended once, and never after its outcome's). */
+export const unknownKey = (once: string) => `${once} unknown`;
+
 /** The accepted record of a write whose note the object's state holds. */
 function landedRecord(note: WriteNote, bucket: string, key: string): AuditDraft {
   return {
