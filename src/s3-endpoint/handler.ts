@@ -333,7 +333,10 @@ function toResponse(res: S3Response, method: string, outgoing: ServerResponse): 
     }
     return nodeBodyResponse(outgoing, res.stream, res.status, headers);
   }
-  if (!headers.has("content-length") && method !== "HEAD") headers.set("content-length", "0");
+  // No body: said with Content-Length 0, except on a 204 or 304, which carry none (RFC 9110).
+  const bodiless = res.status === 204 || res.status === 304;
+  if (bodiless) headers.delete("content-length");
+  else if (!headers.has("content-length") && method !== "HEAD") headers.set("content-length", "0");
   return new Response(null, { status: res.status, headers });
 }
 

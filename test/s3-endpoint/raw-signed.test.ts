@@ -118,6 +118,19 @@ describe("signed payloads", () => {
     expectS3Error(res, "XAmzContentSHA256Mismatch", 400);
   });
 
+  it("answers a DeleteObject 204 without Content-Length (a 204 carries none), a PutObject with 0", async () => {
+    const put = await putWithToken("bodiless.txt", "x");
+    expect(put.headers["content-length"]).toBe("0");
+    const res = await signedRequest(gw.url, {
+      method: "DELETE",
+      path: objectPath(bucket, "bodiless.txt"),
+      headers: { "x-fence-token": lease.fencingToken },
+    });
+    expect(res.status).toBe(204);
+    expect(res.headers["content-length"]).toBeUndefined();
+    expect(res.headers["transfer-encoding"]).toBeUndefined();
+  });
+
   it("accepts a signed header sent twice: its canonical value joins the two with a bare comma", async () => {
     // SigV4 signs a repeated header as its values joined by "," (no space); the signer here signs
     // the joined value, and the request carries the header twice, as a client with a list sends it.
