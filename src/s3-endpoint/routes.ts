@@ -46,6 +46,12 @@ type Route = {
   methods: readonly string[];
   /** Query sub-resources that must all be present. */
   query?: readonly string[];
+  /**
+   * Further query parameters a route that changes something takes (besides `query` and the
+   * parameters every request may carry, CARRIED_PARAMS): any other one is answered 501, never
+   * ignored (`DELETE /bucket?metadataTable` must not delete the bucket).
+   */
+  params?: readonly string[];
   /** A further condition on the request. */
   when?: (req: S3Request) => boolean;
   /** A fenced write: carries a token, and its refusals are audited. */
@@ -100,6 +106,12 @@ const UNSUPPORTED_BUCKET_SUBRESOURCES = [
   "inventory",
   "metrics",
   "intelligent-tiering",
+  "policyStatus",
+  "metadataTable",
+  "metadataConfiguration",
+  "metadataInventoryTable",
+  "metadataJournalTable",
+  "session",
 ];
 
 const UNSUPPORTED_OBJECT_SUBRESOURCES = [
@@ -110,6 +122,8 @@ const UNSUPPORTED_OBJECT_SUBRESOURCES = [
   "torrent",
   "restore",
   "select",
+  "attributes",
+  "renameObject",
 ];
 
 /** An HTML-form upload: S3 authenticates it with a signed policy among the form's fields. */
@@ -364,6 +378,7 @@ export const ROUTES: readonly Route[] = [
     name: "DeleteObject",
     target: "object",
     methods: ["DELETE"],
+    params: ["versionId"],
     write: true,
     access: WRITE_KEY,
     run: deleteObject,
@@ -377,6 +392,35 @@ export const ROUTES: readonly Route[] = [
   },
 ];
 
+/**
+ * Query parameters any request may carry: a presigned URL's signature and the headers it hoists
+ * (x-amz-*, and SigV2's three), the SDK's operation name (x-id), fencegate's own (x-fence-*).
+ */
+const CARRIED_PARAMS = new Set(["x-id", "awsaccesskeyid", "signature", "expires"]);
+const isCarried = (name: string) => {
+  const lower = name.toLowerCase();
+  return CARRIED_PARAMS.has(lower) || lower.startsWith("x-amz-") || lower.startsWith("x-fence-");
+};
+
+/** Routes that answer a refusal whatever their query (nothing runs). */
+const REFUSALS = new Set([
+  "MethodNotAllowed",
+  "UnsupportedBucketSubresource",
+  "UnsupportedObjectSubresource",
+  "PostObject",
+]);
+
+/**
+ * A change (PUT, POST, DELETE) with a query parameter its operation does not take: S3 has many
+ * sub-resources, and one fencegate does not know must not run as the plain operation (a DELETE
+ * of the bucket, a PUT of an empty object).
+ */
+function unknownParameter(route: Route, method: string, query: URLSearchParams): string | undefined {
+  if (REFUSALS.has(route.name) || !["PUT", "POST", "DELETE"].includes(method)) return undefined;
+  const known = new Set([...(route.query ?? []), ...(route.params ?? [])]);
+  return [...query.keys()].find((name) => !known.has(name) && !isCarried(name));
+}
+
 /** The route of a request: the first row that matches its method, address and query. */
 export function routeOf(req: Pick<S3Request, "method" | "bucket" | "key" | "query" | "headers">): Route {
   const target = req.bucket === null ? "service" : req.key === null ? "bucket" : "object";
@@ -384,6 +428,19 @@ export function routeOf(req: Pick<S3Request, "method" | "bucket" | "key" | "quer
     if (route.target !== target || !route.methods.includes(req.method)) continue;
     if (route.query && !route.query.every((q) => req.query.has(q))) continue;
     if (route.when && !route.when(req as S3Request)) continue;
+    const unknown = unknownParameter(route, req.method, req.query);
+    if (unknown !== undefined) {
+      const message = `the ${unknown.slice(0, 64)} sub-resource or parameter is not implemented by fencegate for ${route.name}`;
+      return {
+        name: target === "bucket" ? "UnsupportedBucketSubresource" : "UnsupportedObjectSubresource",
+        target,
+        methods: route.methods,
+        access: target === "bucket" ? BUCKET_FIXED_ANSWER : OBJECT_FIXED_ANSWER,
+        run: async () => {
+          throw new DomainError("NotImplemented", message);
+        },
+      };
+    }
     return route;
   }
   // Methods outside ALL_METHODS (TRACE, CONNECT, ...).

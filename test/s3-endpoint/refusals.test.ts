@@ -298,10 +298,84 @@ describe("write conditions on PutObject, CopyObject and CompleteMultipartUpload"
     });
   }
 
+  it("DeleteObject: If-Match decides (412 on another ETag, 404 on no object), the object stays", async () => {
+    const del = (key: string, headers: Record<string, string>) =>
+      signedRequest(gw.url, { method: "DELETE", path: objectPath(bucket, key), headers });
+    expect((await put("cond/del", "kept")).status).toBe(200);
+    expectS3Error(await del("cond/del", { "if-match": `"${"0".repeat(32)}"` }), "PreconditionFailed", 412);
+    expect(await exists("cond/del")).toBe(true);
+    expectS3Error(await del("cond/del-missing", { "if-match": `"${"0".repeat(32)}"` }), "NoSuchKey", 404);
+    const etag = String(
+      (await signedRequest(gw.url, { method: "HEAD", path: objectPath(bucket, "cond/del") })).headers.etag,
+    );
+    expect((await del("cond/del", { "if-match": etag })).status).toBe(204);
+    expect(await exists("cond/del")).toBe(false);
+  });
+
   it("ignores write conditions S3 ignores on writes (If-Modified-Since, If-Unmodified-Since)", async () => {
     const res = await put("cond/dates", "x", { "if-unmodified-since": "Thu, 01 Jan 1970 00:00:00 GMT" });
     expect(res.status).toBe(200);
     const sign = await signRequest(gw.url, { method: "GET", path: objectPath(bucket, "cond/dates") });
     expect((await rawRequest(gw.url, sign)).status).toBe(200);
+  });
+});
+
+describe("a change with a sub-resource or parameter fencegate does not know", () => {
+  it("is answered 501 and runs nothing: no bucket deleted, no object written or deleted", async () => {
+    const victim = "refusals-victim";
+    expect((await signedRequest(gw.url, { method: "PUT", path: `/${victim}` })).status).toBe(200);
+    for (const sub of ["metadataTable", "metadataConfiguration", "policyStatus", "somethingNew"]) {
+      const res = await signedRequest(gw.url, { method: "DELETE", path: `/${victim}`, query: { [sub]: "" } });
+      expectS3Error(res, "NotImplemented", 501);
+      expect((await signedRequest(gw.url, { method: "HEAD", path: `/${victim}` })).status).toBe(200);
+    }
+    // S3's RenameObject, and a PUT with any other parameter: no empty object appears.
+    const rename = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "sub/renamed"),
+      query: { renameObject: "" },
+      headers: { "x-amz-rename-source": `/${bucket}/cond/source` },
+    });
+    expectS3Error(rename, "NotImplemented", 501);
+    const other = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "sub/other"),
+      query: { frobnicate: "1" },
+      body: "x",
+    });
+    expectS3Error(other, "NotImplemented", 501);
+    expect(await exists("sub/renamed")).toBe(false);
+    expect(await exists("sub/other")).toBe(false);
+    expect((await put("sub/kept", "x")).status).toBe(200);
+    const del = await signedRequest(gw.url, {
+      method: "DELETE",
+      path: objectPath(bucket, "sub/kept"),
+      query: { somethingNew: "" },
+    });
+    expectS3Error(del, "NotImplemented", 501);
+    expect(await exists("sub/kept")).toBe(true);
+    // GetObjectAttributes is not a GetObject.
+    const attributes = await signedRequest(gw.url, {
+      method: "GET",
+      path: objectPath(bucket, "sub/kept"),
+      query: { attributes: "" },
+      headers: { "x-amz-object-attributes": "ETag" },
+    });
+    expectS3Error(attributes, "NotImplemented", 501);
+    // What clients do send still works: the SDK's x-id, a versionId of "null" on a delete.
+    const plain = await signedRequest(gw.url, {
+      method: "PUT",
+      path: objectPath(bucket, "sub/sdk"),
+      query: { "x-id": "PutObject" },
+      body: "x",
+    });
+    expect(plain.status).toBe(200);
+    const versioned = await signedRequest(gw.url, {
+      method: "DELETE",
+      path: objectPath(bucket, "sub/sdk"),
+      query: { versionId: "null", "x-id": "DeleteObject" },
+    });
+    expect(versioned.status).toBe(204);
+    expect((await signedRequest(gw.url, { method: "DELETE", path: `/${victim}` })).status).toBe(204);
   });
 });

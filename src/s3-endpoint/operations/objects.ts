@@ -30,7 +30,10 @@ export const putObject: S3Operation = async (req, { backend, fencer }) => {
 export const deleteObject: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   rejectVersionId(req);
-  const result = await fencer.write(writeContext(req, "DeleteObject"), (commit) =>
+  // A conditional delete (If-Match, S3's only condition on DeleteObject): checked in the commit.
+  const ifMatch = header(req, "if-match");
+  const conditions = ifMatch === undefined ? undefined : { ifMatch };
+  const result = await fencer.write(writeContext(req, "DeleteObject", conditions), (commit) =>
     backend.deleteObject({ bucket, key }, commit),
   );
   return { status: 204, headers: acceptedHeaders(result.token) };
