@@ -379,3 +379,40 @@ describe("a change with a sub-resource or parameter fencegate does not know", ()
     expect((await signedRequest(gw.url, { method: "DELETE", path: `/${victim}` })).status).toBe(204);
   });
 });
+
+describe("a write asking for what fencegate does not store", () => {
+  it("is refused, never stored as if honoured: tags, KMS and customer keys, object lock", async () => {
+    const cases: Array<[Record<string, string>, string, number]> = [
+      [{ "x-amz-tagging": "a=b&c=d" }, "NotImplemented", 501],
+      [{ "x-amz-server-side-encryption": "aws:kms" }, "NotImplemented", 501],
+      [{ "x-amz-server-side-encryption": "BOGUS" }, "InvalidArgument", 400],
+      [
+        {
+          "x-amz-server-side-encryption-customer-algorithm": "AES256",
+          "x-amz-server-side-encryption-customer-key": Buffer.alloc(32, 1).toString("base64"),
+        },
+        "NotImplemented",
+        501,
+      ],
+      [
+        {
+          "x-amz-object-lock-mode": "GOVERNANCE",
+          "x-amz-object-lock-retain-until-date": "2030-01-01T00:00:00Z",
+        },
+        "InvalidRequest",
+        400,
+      ],
+    ];
+    for (const [headers, code, status] of cases) {
+      expectS3Error(await put("options/refused", "x", headers), code, status);
+      expect(await exists("options/refused"), JSON.stringify(headers)).toBe(false);
+    }
+    // What is honoured or changes nothing here is accepted: SSE-S3, a storage class, no tags.
+    const fine = await put("options/fine", "x", {
+      "x-amz-server-side-encryption": "AES256",
+      "x-amz-storage-class": "STANDARD_IA",
+      "x-amz-tagging": "",
+    });
+    expect(fine.status).toBe(200);
+  });
+});

@@ -6,14 +6,14 @@ import { copySource } from "../protocol/copy-source.js";
 import { metadataFromRequest } from "../protocol/object-headers.js";
 import { checkRequestedAcl } from "./acl-request.js";
 import { acceptedHeaders, objectTarget, writeConditions, writeContext } from "./objects.js";
-import { checkStorageClass } from "./storage-class.js";
+import { checkObjectOptions } from "./storage-class.js";
 
 /** CopyObject: a fenced write of the destination whose bytes stream from the source object. */
 export const copyObject: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   const source = copySource(req);
   checkRequestedAcl(req, "object");
-  checkStorageClass(req);
+  checkObjectOptions(req);
   const directive = (header(req, "x-amz-metadata-directive") ?? "COPY").toUpperCase();
   if (directive !== "COPY" && directive !== "REPLACE") {
     throw new DomainError("InvalidArgument", "Unknown metadata directive.");

@@ -20,7 +20,7 @@ import { checkRequestedAcl } from "./acl-request.js";
 import { ownerOf } from "./buckets.js";
 import { encoderFor } from "./list-objects.js";
 import { acceptedHeaders, objectTarget, writeConditions, writeContext } from "./objects.js";
-import { checkStorageClass } from "./storage-class.js";
+import { checkObjectOptions } from "./storage-class.js";
 
 /**
  * S3 multipart uploads, fenced (contract: CreateMultipartUpload, UploadPart and
@@ -42,7 +42,7 @@ import { checkStorageClass } from "./storage-class.js";
 export const createMultipartUpload: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   checkRequestedAcl(req, "object");
-  checkStorageClass(req);
+  checkObjectOptions(req);
   const metadata = metadataFromRequest(req);
   let created: string | undefined;
   let result: Awaited<ReturnType<typeof backend.multipart.createUpload>> & { token: number | null };

@@ -10,12 +10,12 @@ import { parseRange } from "../protocol/range.js";
 import { requireDeclaredLength } from "../protocol/request-body.js";
 import { checkRequestedAcl } from "./acl-request.js";
 import { checkServablePart, partNumberRead, wholeObjectAsPart } from "./part-read.js";
-import { checkStorageClass } from "./storage-class.js";
+import { checkObjectOptions } from "./storage-class.js";
 
 export const putObject: S3Operation = async (req, { backend, fencer }) => {
   const { bucket, key } = objectTarget(req);
   checkRequestedAcl(req, "object");
-  checkStorageClass(req);
+  checkObjectOptions(req);
   const metadata = metadataFromRequest(req);
   requireDeclaredLength(req.headers);
   const result = await fencer.write(writeContext(req, "PutObject", writeConditions(req)), (commit) =>
