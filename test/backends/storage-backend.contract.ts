@@ -901,6 +901,13 @@ export function describeStorageBackendContract(name: string, factory: BackendFac
         expect(await backend.highestToken(bucket, "k")).toBe(1);
         await put("k", "v2", 2, { conditions: { ifMatch: md5Etag("v1") } });
         expect(await content("k")).toBe("v2");
+        // A conditional delete: refused on another ETag (the object and HCT stay), done on its own.
+        await rejectsWithCode(del("k", 3, { conditions: { ifMatch: md5Etag("v1") } }), "PreconditionFailed");
+        expect(await content("k")).toBe("v2");
+        expect(await backend.highestToken(bucket, "k")).toBe(2);
+        await del("k", 3, { conditions: { ifMatch: md5Etag("v2") } });
+        await rejectsWithCode(backend.getObject(bucket, "k"), "NoSuchKey");
+        await rejectsWithCode(del("k", 3, { conditions: { ifMatch: md5Etag("v2") } }), "NoSuchKey");
       });
 
       it("commits nothing when the body's verification fails after its bytes arrived", async () => {
