@@ -48,8 +48,8 @@ type Route = {
   query?: readonly string[];
   /**
    * Further query parameters a route that changes something takes (besides `query` and the
-   * parameters every request may carry, CARRIED_PARAMS): any other one is answered 501, never
-   * ignored (`DELETE /bucket?metadataTable` must not delete the bucket).
+   * parameters every request may carry, CARRIED_PARAMS): any other one is refused (400), never
+   * ignored (`DELETE /bucket?someNewSubresource` must not delete the bucket).
    */
   params?: readonly string[];
   /** A further condition on the request. */
@@ -413,7 +413,7 @@ const REFUSALS = new Set([
 /**
  * A change (PUT, POST, DELETE) with a query parameter its operation does not take: S3 has many
  * sub-resources, and one fencegate does not know must not run as the plain operation (a DELETE
- * of the bucket, a PUT of an empty object).
+ * of the bucket, a PUT of an empty object). Refused 400 InvalidArgument.
  */
 function unknownParameter(route: Route, method: string, query: URLSearchParams): string | undefined {
   if (REFUSALS.has(route.name) || !["PUT", "POST", "DELETE"].includes(method)) return undefined;
@@ -430,14 +430,17 @@ export function routeOf(req: Pick<S3Request, "method" | "bucket" | "key" | "quer
     if (route.when && !route.when(req as S3Request)) continue;
     const unknown = unknownParameter(route, req.method, req.query);
     if (unknown !== undefined) {
-      const message = `the ${unknown.slice(0, 64)} sub-resource or parameter is not implemented by fencegate for ${route.name}`;
+      // A bad request (4xx), not a sub-resource S3 defines and fencegate lacks (501, above).
+      const name = unknown.slice(0, 64);
       return {
         name: target === "bucket" ? "UnsupportedBucketSubresource" : "UnsupportedObjectSubresource",
         target,
         methods: route.methods,
         access: target === "bucket" ? BUCKET_FIXED_ANSWER : OBJECT_FIXED_ANSWER,
         run: async () => {
-          throw new DomainError("NotImplemented", message);
+          throw new DomainError("InvalidArgument", `${route.name} takes no query parameter ${name}`, {
+            ArgumentName: name,
+          });
         },
       };
     }

@@ -321,12 +321,18 @@ describe("write conditions on PutObject, CopyObject and CompleteMultipartUpload"
 });
 
 describe("a change with a sub-resource or parameter fencegate does not know", () => {
-  it("is answered 501 and runs nothing: no bucket deleted, no object written or deleted", async () => {
+  it("is refused (501 for S3's sub-resources, 400 for anything else) and runs nothing", async () => {
     const victim = "refusals-victim";
     expect((await signedRequest(gw.url, { method: "PUT", path: `/${victim}` })).status).toBe(200);
-    for (const sub of ["metadataTable", "metadataConfiguration", "policyStatus", "somethingNew"]) {
+    const subs: Array<[string, string, number]> = [
+      ["metadataTable", "NotImplemented", 501],
+      ["metadataConfiguration", "NotImplemented", 501],
+      ["policyStatus", "NotImplemented", 501],
+      ["somethingNew", "InvalidArgument", 400],
+    ];
+    for (const [sub, code, status] of subs) {
       const res = await signedRequest(gw.url, { method: "DELETE", path: `/${victim}`, query: { [sub]: "" } });
-      expectS3Error(res, "NotImplemented", 501);
+      expectS3Error(res, code, status);
       expect((await signedRequest(gw.url, { method: "HEAD", path: `/${victim}` })).status).toBe(200);
     }
     // S3's RenameObject, and a PUT with any other parameter: no empty object appears.
@@ -343,7 +349,7 @@ describe("a change with a sub-resource or parameter fencegate does not know", ()
       query: { frobnicate: "1" },
       body: "x",
     });
-    expectS3Error(other, "NotImplemented", 501);
+    expectS3Error(other, "InvalidArgument", 400);
     expect(await exists("sub/renamed")).toBe(false);
     expect(await exists("sub/other")).toBe(false);
     expect((await put("sub/kept", "x")).status).toBe(200);
@@ -352,7 +358,7 @@ describe("a change with a sub-resource or parameter fencegate does not know", ()
       path: objectPath(bucket, "sub/kept"),
       query: { somethingNew: "" },
     });
-    expectS3Error(del, "NotImplemented", 501);
+    expectS3Error(del, "InvalidArgument", 400);
     expect(await exists("sub/kept")).toBe(true);
     // GetObjectAttributes is not a GetObject.
     const attributes = await signedRequest(gw.url, {
