@@ -39,6 +39,8 @@ export class S3Context {
   /** Replaced blobs waiting to be removed, by bucket (removeReplaced). */
   private retired = new Map<string, Set<string>>();
   private retireTimer: NodeJS.Timeout | undefined;
+  /** The removal of replaced blobs under way (a timer's, a full batch's, or a caller's). */
+  private flushing: Promise<void> = Promise.resolve();
   /** The records of fenced transactions (`<m>t/<id>`). */
   readonly txRecords: S3TransactionRecords;
   /**
@@ -196,12 +198,23 @@ export class S3Context {
     }
   }
 
-  /** Removes the replaced blobs waiting now (close and the collector call it too). */
-  async flushReplaced(): Promise<void> {
+  /**
+   * Removes the replaced blobs waiting now (close and the collector call it too). Resolves once
+   * every blob replaced before the call has been removed (or its removal failed), including those
+   * a removal already under way had taken.
+   */
+  flushReplaced(): Promise<void> {
     clearTimeout(this.retireTimer);
     this.retireTimer = undefined;
     const batches = this.retired;
     this.retired = new Map();
+    const before = this.flushing;
+    const mine = this.removeBatches(batches);
+    this.flushing = Promise.all([before, mine]).then(() => undefined);
+    return this.flushing;
+  }
+
+  private async removeBatches(batches: Map<string, Set<string>>): Promise<void> {
     await Promise.all(
       [...batches].map(async ([bucket, names]) => {
         const all = [...names];
