@@ -78,23 +78,34 @@ describe.each(FAULTY_STORES)(
       }, 60_000);
     }
 
-    it("answers unknown and records the outcome when the log loses the unknown record", async () => {
-      // The write's commit answer is lost, then its "unknown" record too: the answer still says
-      // unknown, and nothing records the write as refused (it landed).
+    /**
+     * A bucket whose key k a lease of gateway A has written once; the "unknown" record of A's next
+     * put of k is lost on its way to the log (its Redis script reset).
+     */
+    async function keyLosingUnknownRecord() {
       const { a, store } = pair;
       const [proxy] = pair.proxies as [RedisFaultProxy];
       const bucket = newBucket(store);
       await createBucket(a, bucket);
       const lease = await a.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
       expect((await put(a, bucket, "k", "zero", lease.fencingToken)).status).toBe(200);
+      const reset = proxy.on(
+        { command: "EVALSHA", args: (x) => x.includes("PutObject") && x.includes("unknown") },
+        { kind: "reset" },
+      );
+      const recordsOf = async (requestId: string) =>
+        (await allAuditRecords(a.leases, { bucket, key: "k" })).filter((r) => r.requestId === requestId);
+      return { a, store, bucket, lease, reset, recordsOf };
+    }
+
+    it("answers unknown and records the outcome when the log loses the unknown record", async () => {
+      // The write's commit answer is lost, then its "unknown" record too: the answer still says
+      // unknown, and nothing records the write as refused (it landed).
+      const { a, store, bucket, lease, reset, recordsOf } = await keyLosingUnknownRecord();
       const lost = store.proxy.on(store.commit(bucket, "k"), { kind: "drop-answer" });
       // From then on, reads of the object's state fail for a while: the gateway cannot learn.
       const unreadable = lost.reached.then(() =>
         store.proxy.on(store.stateRead(bucket, "k"), { kind: "reset" }, { times: Number.POSITIVE_INFINITY }),
-      );
-      const reset = proxy.on(
-        { command: "EVALSHA", args: (x) => x.includes("PutObject") && x.includes("unknown") },
-        { kind: "reset" },
       );
       const answer = await put(a, bucket, "k", "landed", lease.fencingToken);
       (await unreadable).cancel();
@@ -103,37 +114,22 @@ describe.each(FAULTY_STORES)(
       expect(answer.outcome, `answered ${answer.status} ${answer.code}`).toBe("unknown");
       expect(await read(a, bucket, "k")).toBe("landed");
       await acceptedRecord(a, bucket, "k", answer.requestId);
-      const records = (await allAuditRecords(a.leases, { bucket, key: "k" })).filter(
-        (r) => r.requestId === answer.requestId,
-      );
       // What the client heard, then how the write ended; never a refusal.
-      expect(records.map((r) => r.decision)).toEqual(["unknown", "accepted"]);
+      expect((await recordsOf(answer.requestId)).map((r) => r.decision)).toEqual(["unknown", "accepted"]);
     }, 60_000);
 
     it("records unknown, then the outcome, when the log loses the unknown record of a write that never landed", async () => {
       // Found by the nemesis run on Azure (seed 2872530754): a put answered 503 unknown whose only
       // record said "rejected". Its commit never got through and its "unknown" record was lost:
       // the log must still say what the client heard before it says how the write ended.
-      const { a, store } = pair;
-      const [proxy] = pair.proxies as [RedisFaultProxy];
-      const bucket = newBucket(store);
-      await createBucket(a, bucket);
-      const lease = await a.leases.acquire({ bucket, key: "k", ttlMs: 30_000 });
-      expect((await put(a, bucket, "k", "zero", lease.fencingToken)).status).toBe(200);
+      const { a, store, bucket, lease, reset, recordsOf } = await keyLosingUnknownRecord();
       // Every send of the commit is lost on the way (the store never sees it) until cancelled.
       const lost = store.proxy.on(store.commit(bucket, "k"), { kind: "reset" }, { times: Infinity });
-      const reset = proxy.on(
-        { command: "EVALSHA", args: (x) => x.includes("PutObject") && x.includes("unknown") },
-        { kind: "reset" },
-      );
       const answer = await put(a, bucket, "k", "never", lease.fencingToken);
       expect(reset.count, `the unknown record was lost (answered ${answer.status})`).toBe(1);
       expect(answer.outcome, `answered ${answer.status} ${answer.code}`).toBe("unknown");
       lost.cancel();
-      const mine = async () =>
-        (await allAuditRecords(a.leases, { bucket, key: "k" })).filter(
-          (r) => r.requestId === answer.requestId,
-        );
+      const mine = () => recordsOf(answer.requestId);
       await waitFor(async () => (await mine()).some((r) => r.decision !== "unknown"), {
         what: "the write's outcome recorded",
         timeoutMs: 30_000,
