@@ -258,7 +258,7 @@ export class CasTransactions {
     const { log, read } = await this.find(id, caller);
     let got: TxRead = read;
     if (got.record.state === "committed") return answerOf(got.record);
-    if (got.record.state === "aborted") throw aborted(got.record);
+    if (got.record.state === "aborted") throw abortedError(got.record.id, got.record.reason);
     const { record } = got;
     const { store } = this.opts;
     const intents = new Map<string, CommitIntent>();
@@ -315,7 +315,7 @@ export class CasTransactions {
           committed = now.record;
           break;
         }
-        if (now.record.state === "aborted") throw aborted(now.record);
+        if (now.record.state === "aborted") throw abortedError(now.record.id, now.record.reason);
         if (answer.outcome === "unknown" && now.version === got.version) {
           // It may still land: the same request again (both name one version: at most one lands).
           sends++;
@@ -514,7 +514,7 @@ function view(record: TxRecord, lease: LeaseRecord | null): TransactionView {
 }
 
 function assertOpen(record: TxRecord): void {
-  if (record.state === "aborted") throw aborted(record);
+  if (record.state === "aborted") throw abortedError(record.id, record.reason);
   if (record.state === "committed") {
     throw new DomainError(
       "TransactionCommitted",
@@ -530,21 +530,24 @@ function notFound(id: string): DomainError {
   return new DomainError("TransactionNotFound", `transaction ${id} not found`, { transactionId: id });
 }
 
-function committedError(id: string): DomainError {
+/** A transaction already committed cannot be aborted (either kind of transaction). */
+export function committedError(id: string): DomainError {
   return new DomainError("TransactionCommitted", `transaction ${id} is committed`, { transactionId: id });
 }
 
-function aborted(record: TxRecord): DomainError {
-  // Aborted because its lease expired: the commit's refusal names that, as a write's would.
-  if (record.reason === "LeaseExpired") {
-    return new DomainError("LeaseExpired", `transaction ${record.id} was aborted: its lease expired`, {
-      transactionId: record.id,
-      reason: record.reason,
+/**
+ * The refusal of a write or commit of an aborted transaction (either kind): LeaseExpired when its
+ * lease expired, as a write's refusal would say; TransactionAborted with its reason otherwise.
+ */
+export function abortedError(id: string, reason: string | undefined): DomainError {
+  if (reason === "LeaseExpired") {
+    return new DomainError("LeaseExpired", `transaction ${id} was aborted: its lease expired`, {
+      transactionId: id,
+      reason,
     });
   }
-  return new DomainError(
-    "TransactionAborted",
-    `transaction ${record.id} was aborted (${record.reason ?? "aborted"})`,
-    { transactionId: record.id, reason: record.reason },
-  );
+  return new DomainError("TransactionAborted", `transaction ${id} was aborted (${reason ?? "aborted"})`, {
+    transactionId: id,
+    reason,
+  });
 }

@@ -11,7 +11,7 @@ import { judgeLease, type LeaseClaims, leaseState, resourceOf } from "../leases/
 import type { Caller, LeaseService } from "../leases/lease-service.js";
 import type { CommitIntent, LeaseRecord, LeaseStore } from "../leases/lease-store.js";
 import type { TransactionOutcome } from "../metrics/observe.js";
-import { CasTransactions, casBucketOf } from "./cas-transactions.js";
+import { abortedError, CasTransactions, casBucketOf, committedError } from "./cas-transactions.js";
 import type { CommitAnswer, TransactionObject, TransactionState, TransactionView } from "./views.js";
 
 /**
@@ -257,7 +257,7 @@ export class Transactions {
       return tx.result!;
     }
     if (tx.state === "committing") return tx.committing!;
-    if (tx.state === "aborted") throw aborted(tx);
+    if (tx.state === "aborted") throw abortedError(tx.id, tx.reason);
     tx.state = "committing";
     tx.committing = this.runCommit(tx, caller);
     tx.committing.catch(() => undefined);
@@ -270,7 +270,7 @@ export class Transactions {
     const tx = this.find(id, caller);
     if (tx.state === "committing") await tx.committing!.catch(() => undefined);
     if (tx.state === "committed") {
-      throw new DomainError("TransactionCommitted", `transaction ${id} is committed`, { transactionId: id });
+      throw committedError(id);
     }
     if (tx.state === "aborted") return;
     await this.end(tx, "ClientAbort", caller, "accepted");
@@ -474,7 +474,7 @@ export class Transactions {
 
   private assertOpen(tx: Transaction): void {
     if (tx.state === "open") return;
-    if (tx.state === "aborted") throw aborted(tx);
+    if (tx.state === "aborted") throw abortedError(tx.id, tx.reason);
     throw new DomainError(
       "TransactionCommitted",
       `transaction ${tx.id} is ${tx.state === "committing" ? "being committed" : "committed"}: it takes no more writes`,
@@ -541,21 +541,6 @@ function notFound(id: string): DomainError {
   return new DomainError("TransactionNotFound", `transaction ${id} not found (unknown, or ended long ago)`, {
     transactionId: id,
   });
-}
-
-function aborted(tx: Transaction): DomainError {
-  // Aborted because its lease expired: the commit's refusal names that, as a write's would.
-  if (tx.reason === "LeaseExpired") {
-    return new DomainError("LeaseExpired", `transaction ${tx.id} was aborted: its lease expired`, {
-      transactionId: tx.id,
-      reason: tx.reason,
-    });
-  }
-  return new DomainError(
-    "TransactionAborted",
-    `transaction ${tx.id} was aborted (${tx.reason ?? "aborted"})`,
-    { transactionId: tx.id, reason: tx.reason },
-  );
 }
 
 /** A transaction id: "tx-" and 32 hex digits, the first 12 the millisecond time, 80 random bits. */
